@@ -1,0 +1,9 @@
+//! The simulated CUDA driver, `libcuda.so.1`.
+//!
+//! Every entry point is exported under the driver's own name (and its `_v2`, `_ptsz`, `_ptds`
+//! variants) through [`ffi::cuda_entry!`], which catches panics and maps `Err` to the
+//! driver's error codes. State shared with other processes (devices, memory in use, the
+//! execution engine) lives in the node state of the `simgpu` crate.
+
+#[macro_use]
+pub mod ffi;
