@@ -64,7 +64,13 @@ impl NodeConfig {
                 .parse()
                 .ok()
                 .filter(|us| (10..=1_000_000).contains(us))
-                .ok_or_else(|| err(ENV_QUANTUM_US, &v, "expected microseconds from 10 to 1000000"))?;
+                .ok_or_else(|| {
+                    err(
+                        ENV_QUANTUM_US,
+                        &v,
+                        "expected microseconds from 10 to 1000000",
+                    )
+                })?;
             config.quantum_ns = us * 1000;
         }
         if let Some(v) = read(ENV_CONTEXT_MEMORY) {
@@ -89,6 +95,8 @@ pub fn state_path() -> PathBuf {
     match std::env::var_os(ENV_STATE) {
         Some(p) if !p.is_empty() => PathBuf::from(p),
         // SAFETY: getuid has no preconditions and cannot fail.
-        _ => PathBuf::from(format!("/dev/shm/simgpu-{}.state", unsafe { libc::getuid() })),
+        _ => PathBuf::from(format!("/dev/shm/simgpu-{}.state", unsafe {
+            libc::getuid()
+        })),
     }
 }

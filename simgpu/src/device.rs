@@ -162,10 +162,22 @@ mod tests {
     #[test]
     fn malformed() {
         assert_eq!(parse_devices(" , "), Err(DeviceSpecError::Empty));
-        assert!(matches!(parse_devices("V100"), Err(DeviceSpecError::Unknown(_))));
-        assert!(matches!(parse_devices("x:lots:4"), Err(DeviceSpecError::Memory { .. })));
-        assert!(matches!(parse_devices("x:1GiB:0"), Err(DeviceSpecError::OutOfRange { .. })));
-        assert!(matches!(parse_devices("x:1GiB:4:abc"), Err(DeviceSpecError::OutOfRange { .. })));
+        assert!(matches!(
+            parse_devices("V100"),
+            Err(DeviceSpecError::Unknown(_))
+        ));
+        assert!(matches!(
+            parse_devices("x:lots:4"),
+            Err(DeviceSpecError::Memory { .. })
+        ));
+        assert!(matches!(
+            parse_devices("x:1GiB:0"),
+            Err(DeviceSpecError::OutOfRange { .. })
+        ));
+        assert!(matches!(
+            parse_devices("x:1GiB:4:abc"),
+            Err(DeviceSpecError::OutOfRange { .. })
+        ));
         let many = vec!["T4"; 17].join(",");
         assert_eq!(parse_devices(&many), Err(DeviceSpecError::TooMany(17)));
     }

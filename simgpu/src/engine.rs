@@ -1,11 +1,21 @@
 //! The execution engine of one device, time-sliced between the processes of the node.
-//! (API sketch; bodies arrive next.)
+//!
+//! One process holds a device's engine at a time. The holder runs its kernels in chunks of
+//! at most one quantum; at each quantum boundary, if another process waits, it hands the
+//! engine to the next waiter in slot order (round robin), otherwise it keeps going. A
+//! hand-off records the engine time at which the holder stopped, and the next holder starts
+//! its clock there, so that the wake-up latency of the host thread is not lost engine time:
+//! two saturating processes each get half of the engine, as on a GPU whose time-slice
+//! scheduler alternates contexts.
 
-/// One process's view of one device's engine. Kernels of one process run one at a time; the
-/// caller is the process's executor thread for that device.
-pub struct Engine<'p> {
-    _p: std::marker::PhantomData<&'p ()>,
-}
+use crate::clock::{now_ns, sleep_until};
+use crate::futex;
+use crate::node::{DeviceState, Process};
+use std::sync::atomic::Ordering::{Relaxed, SeqCst};
+use std::sync::Mutex;
+
+/// How long a waiter sleeps before it checks that the holder is still alive.
+const HOLDER_CHECK_NS: u64 = 10_000_000;
 
 /// When a piece of work ran, on the node clock ([`crate::clock::now_ns`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -16,18 +26,201 @@ pub struct Span {
     pub end_ns: u64,
 }
 
-impl Engine<'_> {
+/// What a process knows of its own hold on one device's engine.
+#[derive(Debug, Default)]
+pub(crate) struct EngineSeat {
+    held: bool,
+    /// Engine time at which the current slice began.
+    slice_start: u64,
+    /// Engine time at which this process's last kernel chunk ended.
+    cursor: u64,
+}
+
+/// One process's view of one device's engine. Kernels of one process run one at a time; the
+/// caller is the process's executor thread for that device.
+pub struct Engine<'p> {
+    process: &'p Process,
+    device: usize,
+    seat: &'p Mutex<EngineSeat>,
+}
+
+impl<'p> Engine<'p> {
+    pub(crate) fn new(process: &'p Process, device: usize, seat: &'p Mutex<EngineSeat>) -> Self {
+        Engine {
+            process,
+            device,
+            seat,
+        }
+    }
+
+    fn state(&self) -> &DeviceState {
+        self.process.node().device_state(self.device)
+    }
+
     /// Runs `ns` of kernel time that became ready at `ready_ns`: takes the engine (waiting
     /// while another process holds it), gives it up at each quantum boundary when another
     /// process waits, and returns when the kernel's time has passed. The span is engine
     /// time: a hand-off starts the next process at the instant the previous one stopped.
     /// Busy time is charged to this process.
-    pub fn run(&self, _ready_ns: u64, _ns: u64) -> Span {
-        todo!()
+    pub fn run(&self, ready_ns: u64, ns: u64) -> Span {
+        let mut seat = self.seat.lock().unwrap_or_else(|e| e.into_inner());
+        let quantum = self.process.node().config().quantum_ns;
+        // The engine cannot run work in a past it already spent idle: at most one quantum of
+        // lag is allowed, enough to cover the host's wake-up latency.
+        let mut ready = ready_ns.max(now_ns().saturating_sub(quantum));
+        let mut remaining = ns;
+        let mut first = None;
+        loop {
+            if !seat.held {
+                let start = self.acquire(ready, quantum);
+                *seat = EngineSeat {
+                    held: true,
+                    slice_start: start,
+                    cursor: start,
+                };
+            } else {
+                seat.cursor = seat.cursor.max(ready);
+            }
+            let start = seat.cursor;
+            first.get_or_insert(start);
+            if remaining == 0 {
+                return Span {
+                    start_ns: start,
+                    end_ns: start,
+                };
+            }
+            if start >= seat.slice_start + quantum {
+                if self.someone_waits() {
+                    self.hand_off(start);
+                    seat.held = false;
+                    ready = start;
+                    continue;
+                }
+                seat.slice_start = start;
+            }
+            let until = (start + remaining).min(seat.slice_start + quantum);
+            sleep_until(until);
+            let ran = until - start;
+            self.charge(ran);
+            seat.cursor = until;
+            remaining -= ran;
+            if remaining == 0 {
+                return Span {
+                    start_ns: first.unwrap_or(start),
+                    end_ns: until,
+                };
+            }
+        }
     }
+
     /// Says this process has no kernel ready on the device: the engine goes to a waiting
     /// process or becomes free.
     pub fn idle(&self) {
-        todo!()
+        let mut seat = self.seat.lock().unwrap_or_else(|e| e.into_inner());
+        if seat.held {
+            self.hand_off(seat.cursor);
+            seat.held = false;
+        }
+    }
+
+    fn me(&self) -> u32 {
+        self.process.slot() as u32 + 1
+    }
+
+    fn charge(&self, ns: u64) {
+        // Relaxed: counters read by observers, ordering nothing else.
+        self.process
+            .node()
+            .process_state(self.process.slot())
+            .busy_ns[self.device]
+            .fetch_add(ns, Relaxed);
+        self.state().busy_ns.fetch_add(ns, Relaxed);
+    }
+
+    /// Waits until this process holds the engine; returns the engine time it may start at.
+    ///
+    /// SeqCst throughout the protocol: the waiter's "set my bit, then read the holder" and
+    /// the holder's "write the holder, then read the bits" are a store-then-load pair on
+    /// each side, which only sequential consistency keeps from passing each other. The
+    /// epoch read before the holder closes the remaining window: any change of holder
+    /// after it changes the epoch, so the futex wait returns at once.
+    fn acquire(&self, ready: u64, quantum: u64) -> u64 {
+        let e = &self.state().engine;
+        let me = self.me();
+        let slot = self.process.slot();
+        let (word, bit) = (slot / 64, 1u64 << (slot % 64));
+        e.waiting[word].fetch_or(bit, SeqCst);
+        loop {
+            let epoch = e.epoch.load(SeqCst);
+            let owner = e.owner.load(SeqCst);
+            if owner == me {
+                break;
+            }
+            if owner == 0 {
+                if e.owner.compare_exchange(0, me, SeqCst, SeqCst).is_ok() {
+                    e.epoch.fetch_add(1, SeqCst);
+                    break;
+                }
+                continue;
+            }
+            futex::wait(&e.epoch, epoch, HOLDER_CHECK_NS);
+            if e.owner.load(SeqCst) == owner && !self.process.node().slot_alive(owner as usize - 1)
+            {
+                // The holder died holding the engine; reaping it passes the engine on.
+                self.process.node().reap();
+            }
+        }
+        e.waiting[word].fetch_and(!bit, SeqCst);
+        ready
+            .max(e.handoff_ns.load(SeqCst))
+            .max(now_ns().saturating_sub(quantum))
+    }
+
+    fn someone_waits(&self) -> bool {
+        let me = self.process.slot();
+        let e = &self.state().engine;
+        e.waiting.iter().enumerate().any(|(w, bits)| {
+            let mut b = bits.load(SeqCst);
+            if w == me / 64 {
+                b &= !(1u64 << (me % 64));
+            }
+            b != 0
+        })
+    }
+
+    /// Gives the engine to the next waiter after this process, or frees it; `at` is the
+    /// engine time this process stopped.
+    fn hand_off(&self, at: u64) {
+        pass_engine(self.state(), self.process.slot(), at);
+    }
+}
+
+/// Passes the engine held by `slot` to the next waiting slot in round-robin order (or frees
+/// it), recording `at` as the engine time the next holder may start from.
+fn pass_engine(d: &DeviceState, slot: usize, at: u64) {
+    let e = &d.engine;
+    e.handoff_ns.store(at, SeqCst);
+    let next = next_waiter(d, slot).map_or(0, |s| s as u32 + 1);
+    if e.owner
+        .compare_exchange(slot as u32 + 1, next, SeqCst, SeqCst)
+        .is_ok()
+    {
+        e.epoch.fetch_add(1, SeqCst);
+        futex::wake_all(&e.epoch);
+    }
+}
+
+fn next_waiter(d: &DeviceState, after: usize) -> Option<usize> {
+    let n = crate::node::MAX_PROCESSES;
+    (1..n)
+        .map(|k| (after + k) % n)
+        .find(|&s| d.engine.waiting[s / 64].load(SeqCst) & (1u64 << (s % 64)) != 0)
+}
+
+/// Removes a dead process from a device's engine: its waiting bit, and its hold.
+pub(crate) fn forget(d: &DeviceState, slot: usize) {
+    d.engine.waiting[slot / 64].fetch_and(!(1u64 << (slot % 64)), SeqCst);
+    if d.engine.owner.load(SeqCst) == slot as u32 + 1 {
+        pass_engine(d, slot, now_ns());
     }
 }

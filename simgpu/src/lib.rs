@@ -6,9 +6,11 @@
 //! (`libnvidia-ml.so.1`, in `nvml/`) are thin layers over this crate; the `simgpu` CLI reads
 //! the same state.
 
+pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod device;
 pub mod engine;
+mod futex;
 pub mod node;
 pub mod units;

@@ -76,9 +76,15 @@ mod tests {
     fn refuses_garbage() {
         assert_eq!(parse_size(""), Err(SizeError::Empty));
         assert!(matches!(parse_size("GiB"), Err(SizeError::Malformed(_))));
-        assert!(matches!(parse_size("12 parsecs"), Err(SizeError::Malformed(_))));
+        assert!(matches!(
+            parse_size("12 parsecs"),
+            Err(SizeError::Malformed(_))
+        ));
         assert!(matches!(parse_size("-1"), Err(SizeError::Malformed(_))));
-        assert!(matches!(parse_size("99999999999TiB"), Err(SizeError::Overflow(_))));
+        assert!(matches!(
+            parse_size("99999999999TiB"),
+            Err(SizeError::Overflow(_))
+        ));
     }
 
     #[test]
