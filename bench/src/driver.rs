@@ -1,0 +1,286 @@
+//! The CUDA driver API as applications reach it: `dlopen("libcuda.so.1")`, one `dlsym` for
+//! `cuGetProcAddress_v2`, and every other entry point resolved through it by base name for the
+//! ABI of CUDA 12.0 — the path the CUDA runtime takes, so a preloaded interposer sees what it
+//! sees for real applications. The table is declared once in [`driver_api!`].
+
+use std::ffi::{c_char, c_int, c_uint, c_void, CStr, CString};
+use std::fmt;
+use std::sync::OnceLock;
+
+pub type CUresult = c_uint;
+pub type CUdevice = c_int;
+pub type CUdeviceptr = u64;
+pub type CUcontext = *mut c_void;
+pub type CUmodule = *mut c_void;
+pub type CUfunction = *mut c_void;
+pub type CUstream = *mut c_void;
+pub type CUevent = *mut c_void;
+
+pub const CUDA_SUCCESS: CUresult = 0;
+pub const CUDA_ERROR_OUT_OF_MEMORY: CUresult = 2;
+pub const CUDA_ERROR_NOT_READY: CUresult = 600;
+
+/// `cuEventCreate` flags.
+pub const CU_EVENT_BLOCKING_SYNC: c_uint = 0x1;
+pub const CU_EVENT_DISABLE_TIMING: c_uint = 0x2;
+
+/// The CUDA version whose ABI the entry points are requested for (12.0).
+pub const CUDA_VERSION: c_int = 12000;
+/// `CU_GET_PROC_ADDRESS_DEFAULT`: legacy default-stream semantics, as a program built without
+/// per-thread default streams gets.
+const PROC_ADDRESS_FLAGS: u64 = 0;
+
+type GetProcAddress = unsafe extern "C" fn(
+    symbol: *const c_char,
+    pfn: *mut *mut c_void,
+    cuda_version: c_int,
+    flags: u64,
+    symbol_status: *mut c_int,
+) -> CUresult;
+
+/// Why the driver could not be loaded.
+#[derive(Debug)]
+pub enum LoadError {
+    /// `dlopen` failed.
+    Open(String),
+    /// The library has no `cuGetProcAddress_v2` (a driver older than CUDA 12.0).
+    NoProcAddress,
+    /// An entry point was not resolved.
+    Missing {
+        /// The base name.
+        symbol: &'static str,
+        /// What `cuGetProcAddress_v2` returned.
+        result: CUresult,
+        /// Its `CUdriverProcAddressQueryResult`.
+        status: c_int,
+    },
+}
+
+impl fmt::Display for LoadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LoadError::Open(why) => write!(f, "cannot load libcuda.so.1: {why}; is the NVIDIA driver (or simgpu's lib-dir) on LD_LIBRARY_PATH?"),
+            LoadError::NoProcAddress => write!(f, "libcuda.so.1 has no cuGetProcAddress_v2; a driver for CUDA 12.0 or newer is needed"),
+            LoadError::Missing { symbol, result, status } => write!(
+                f,
+                "cuGetProcAddress_v2 did not resolve {symbol} for CUDA {CUDA_VERSION} (result {result}, symbol status {status})"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for LoadError {}
+
+/// A driver call that failed, with the driver's name and description of the code.
+#[derive(Debug, Clone)]
+pub struct DriverError {
+    /// The entry point, by base name.
+    pub call: &'static str,
+    /// The result code.
+    pub code: CUresult,
+    /// `cuGetErrorName`'s answer.
+    pub name: String,
+    /// `cuGetErrorString`'s answer.
+    pub text: String,
+}
+
+impl fmt::Display for DriverError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} failed: {} ({})", self.call, self.name, self.text)
+    }
+}
+
+impl std::error::Error for DriverError {}
+
+/// Declares the table of entry points once: each becomes a typed field, named and resolved by
+/// its base name.
+macro_rules! driver_api {
+    ($( fn $name:ident ( $($arg:ident : $ty:ty),* $(,)? ); )*) => {
+        /// The resolved entry points.
+        #[allow(non_snake_case)]
+        pub struct Api {
+            $( pub $name: unsafe extern "C" fn($($ty),*) -> CUresult, )*
+        }
+
+        impl Api {
+            /// Resolves every entry point through `cuGetProcAddress_v2`.
+            ///
+            /// # Safety
+            /// `get` must be the driver's `cuGetProcAddress_v2`.
+            unsafe fn resolve(get: GetProcAddress) -> Result<Api, LoadError> {
+                Ok(Api {
+                    $( $name: {
+                        // SAFETY: the caller passes the real cuGetProcAddress_v2.
+                        let pfn = unsafe { proc_address(get, stringify!($name))? };
+                        // SAFETY: the driver returns the entry point for this base name at
+                        // CUDA_VERSION, whose C signature is the one declared here.
+                        unsafe {
+                            std::mem::transmute::<*mut c_void, unsafe extern "C" fn($($ty),*) -> CUresult>(pfn)
+                        }
+                    }, )*
+                })
+            }
+        }
+    };
+}
+
+driver_api! {
+    fn cuGetErrorName(error: CUresult, name: *mut *const c_char);
+    fn cuGetErrorString(error: CUresult, text: *mut *const c_char);
+    fn cuInit(flags: c_uint);
+    fn cuDriverGetVersion(version: *mut c_int);
+    fn cuDeviceGetCount(count: *mut c_int);
+    fn cuDeviceGet(device: *mut CUdevice, ordinal: c_int);
+    fn cuDeviceGetName(name: *mut c_char, length: c_int, device: CUdevice);
+    fn cuDeviceTotalMem(bytes: *mut usize, device: CUdevice);
+    fn cuDevicePrimaryCtxRetain(context: *mut CUcontext, device: CUdevice);
+    fn cuDevicePrimaryCtxRelease(device: CUdevice);
+    fn cuCtxSetCurrent(context: CUcontext);
+    fn cuCtxSynchronize();
+    fn cuMemGetInfo(free: *mut usize, total: *mut usize);
+    fn cuMemAlloc(ptr: *mut CUdeviceptr, bytes: usize);
+    fn cuMemFree(ptr: CUdeviceptr);
+    fn cuMemcpyHtoD(dst: CUdeviceptr, src: *const c_void, bytes: usize);
+    fn cuMemcpyDtoH(dst: *mut c_void, src: CUdeviceptr, bytes: usize);
+    fn cuModuleLoadData(module: *mut CUmodule, image: *const c_void);
+    fn cuModuleUnload(module: CUmodule);
+    fn cuModuleGetFunction(function: *mut CUfunction, module: CUmodule, name: *const c_char);
+    fn cuLaunchKernel(
+        function: CUfunction,
+        grid_x: c_uint,
+        grid_y: c_uint,
+        grid_z: c_uint,
+        block_x: c_uint,
+        block_y: c_uint,
+        block_z: c_uint,
+        shared_bytes: c_uint,
+        stream: CUstream,
+        params: *mut *mut c_void,
+        extra: *mut *mut c_void,
+    );
+    fn cuStreamCreate(stream: *mut CUstream, flags: c_uint);
+    fn cuStreamDestroy(stream: CUstream);
+    fn cuStreamSynchronize(stream: CUstream);
+    fn cuEventCreate(event: *mut CUevent, flags: c_uint);
+    fn cuEventDestroy(event: CUevent);
+    fn cuEventRecord(event: CUevent, stream: CUstream);
+    fn cuEventQuery(event: CUevent);
+    fn cuEventSynchronize(event: CUevent);
+    fn cuEventElapsedTime(ms: *mut f32, start: CUevent, end: CUevent);
+}
+
+/// Resolves one base name.
+///
+/// # Safety
+/// `get` must be the driver's `cuGetProcAddress_v2`.
+unsafe fn proc_address(
+    get: GetProcAddress,
+    symbol: &'static str,
+) -> Result<*mut c_void, LoadError> {
+    let name = CString::new(symbol).expect("entry point names have no NUL");
+    let mut pfn: *mut c_void = std::ptr::null_mut();
+    let mut status: c_int = -1;
+    // SAFETY: `name` is a C string and both out-pointers are valid locals.
+    let result = unsafe {
+        get(
+            name.as_ptr(),
+            &mut pfn,
+            CUDA_VERSION,
+            PROC_ADDRESS_FLAGS,
+            &mut status,
+        )
+    };
+    if result != CUDA_SUCCESS || pfn.is_null() {
+        return Err(LoadError::Missing {
+            symbol,
+            result,
+            status,
+        });
+    }
+    Ok(pfn)
+}
+
+/// The loaded driver. The library stays loaded for the life of the process.
+pub struct Driver {
+    api: Api,
+}
+
+impl Driver {
+    /// Loads `libcuda.so.1` once per process.
+    pub fn get() -> Result<&'static Driver, &'static LoadError> {
+        static DRIVER: OnceLock<Result<Driver, LoadError>> = OnceLock::new();
+        // A failed load is reported, never retried.
+        DRIVER.get_or_init(Driver::load).as_ref()
+    }
+
+    fn load() -> Result<Driver, LoadError> {
+        // SAFETY: the name is a C string literal; dlopen has no other precondition.
+        let lib =
+            unsafe { libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+        if lib.is_null() {
+            return Err(LoadError::Open(dl_error()));
+        }
+        // SAFETY: `lib` is a live handle from dlopen, the name a C string literal.
+        let get = unsafe { libc::dlsym(lib, c"cuGetProcAddress_v2".as_ptr()) };
+        if get.is_null() {
+            return Err(LoadError::NoProcAddress);
+        }
+        // SAFETY: the driver exports cuGetProcAddress_v2 with the GetProcAddress signature.
+        let get = unsafe { std::mem::transmute::<*mut c_void, GetProcAddress>(get) };
+        // SAFETY: `get` is the driver's cuGetProcAddress_v2.
+        let api = unsafe { Api::resolve(get)? };
+        Ok(Driver { api })
+    }
+
+    /// The entry points, for calls this module has no wrapper for.
+    pub fn api(&self) -> &Api {
+        &self.api
+    }
+
+    /// Turns a result code into `Ok` or a [`DriverError`] naming `call`.
+    pub fn check(&self, call: &'static str, code: CUresult) -> Result<(), DriverError> {
+        if code == CUDA_SUCCESS {
+            return Ok(());
+        }
+        Err(DriverError {
+            call,
+            code,
+            name: self
+                .describe(self.api.cuGetErrorName, code)
+                .unwrap_or_else(|| format!("CUresult {code}")),
+            text: self
+                .describe(self.api.cuGetErrorString, code)
+                .unwrap_or_else(|| "no description".to_string()),
+        })
+    }
+
+    fn describe(
+        &self,
+        lookup: unsafe extern "C" fn(CUresult, *mut *const c_char) -> CUresult,
+        code: CUresult,
+    ) -> Option<String> {
+        let mut text: *const c_char = std::ptr::null();
+        // SAFETY: `text` is a valid out-pointer; the driver writes a static string or fails.
+        let r = unsafe { lookup(code, &mut text) };
+        if r != CUDA_SUCCESS || text.is_null() {
+            return None;
+        }
+        // SAFETY: on success the driver points `text` at a NUL-terminated static string.
+        Some(
+            unsafe { CStr::from_ptr(text) }
+                .to_string_lossy()
+                .into_owned(),
+        )
+    }
+}
+
+fn dl_error() -> String {
+    // SAFETY: dlerror has no preconditions; it returns null or a C string valid until the
+    // next dl call on this thread, copied out at once.
+    let e = unsafe { libc::dlerror() };
+    if e.is_null() {
+        return "unknown dlopen error".to_string();
+    }
+    // SAFETY: non-null, a C string as above.
+    unsafe { CStr::from_ptr(e) }.to_string_lossy().into_owned()
+}

@@ -1,0 +1,249 @@
+//! The workloads of `gpuload`, each a function from options to one JSON report. They use only
+//! the driver API, so they measure simgpu and a real GPU alike.
+
+use crate::driver::{CUDA_ERROR_OUT_OF_MEMORY, CU_EVENT_BLOCKING_SYNC, CU_EVENT_DISABLE_TIMING};
+use crate::gpu::{DeviceBuffer, Error, Event, Gpu, Result, Stream};
+use crate::kernels::Kernels;
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
+
+/// `alloc` halves its chunk on each out-of-memory down to this size, so it stops within this
+/// many bytes of what the device had free. 1 MiB is far below any context overhead and
+/// cheap enough that filling an 80 GiB device takes a few hundred calls after the big chunks.
+pub const MIN_CHUNK: u64 = 1 << 20;
+
+/// The word `memcheck` writes at index `i` before the kernel runs: varied, so that a copy
+/// that lands at the wrong offset is caught.
+fn pattern(i: u64) -> u32 {
+    (i as u32).wrapping_mul(0x9e37_79b9) ^ 0x5a5a_5a5a
+}
+
+/// The word the fill kernel writes.
+const FILL_VALUE: u32 = 0xc0ff_ee11;
+
+/// Device, driver and memory as this process's context sees them.
+pub fn info(gpu: &Gpu) -> Result<Value> {
+    let memory = gpu.memory_info()?;
+    Ok(json!({
+        "mode": "info",
+        "device": gpu.ordinal(),
+        "name": gpu.name()?,
+        "driver_version": gpu.driver_version()?,
+        "total": memory.total,
+        "free": memory.free,
+    }))
+}
+
+/// Copies a pattern of `bytes` to the device, fills the middle half with a kernel, copies it
+/// back and checks every word. `verified` is false if any word is wrong.
+pub fn memcheck(gpu: &Gpu, bytes: u64) -> Result<Value> {
+    let words = (bytes / 4).max(1);
+    let kernels = Kernels::load(gpu)?;
+    let stream = gpu.stream()?;
+    let buffer = gpu.alloc(words * 4)?;
+    let host: Vec<u8> = (0..words).flat_map(|i| pattern(i).to_le_bytes()).collect();
+    buffer.copy_from_host(&host)?;
+    let fill = words / 4..words / 4 + words / 2;
+    let fill_ptr = buffer.ptr() + fill.start * 4;
+    kernels.fill_u32(&stream, fill_ptr, fill.end - fill.start, FILL_VALUE)?;
+    stream.synchronize()?;
+    let mut back = vec![0u8; host.len()];
+    buffer.copy_to_host(&mut back)?;
+    let mut mismatches = 0u64;
+    let mut first_mismatch = None;
+    for (i, word) in back.chunks_exact(4).enumerate() {
+        let i = i as u64;
+        let want = if fill.contains(&i) {
+            FILL_VALUE
+        } else {
+            pattern(i)
+        };
+        if u32::from_le_bytes(word.try_into().expect("4-byte chunk")) != want {
+            mismatches += 1;
+            first_mismatch.get_or_insert(i * 4);
+        }
+    }
+    Ok(json!({
+        "mode": "memcheck",
+        "device": gpu.ordinal(),
+        "bytes": words * 4,
+        "filled": (fill.end - fill.start) * 4,
+        "verified": mismatches == 0,
+        "mismatched_words": mismatches,
+        "first_mismatch_offset": first_mismatch,
+    }))
+}
+
+/// What `alloc` took: the report and the memory, held until dropped.
+pub struct Allocation<'g> {
+    pub report: Value,
+    pub buffers: Vec<DeviceBuffer<'g>>,
+}
+
+/// Allocates `chunk`-sized buffers until the device runs out, halving the chunk on each
+/// out-of-memory down to [`MIN_CHUNK`], or until `limit` bytes are held.
+pub fn alloc(gpu: &Gpu, chunk: u64, limit: Option<u64>) -> Result<Allocation<'_>> {
+    let before = gpu.memory_info()?;
+    let min_chunk = MIN_CHUNK.min(chunk).max(1);
+    let mut chunk = chunk.max(min_chunk);
+    let mut buffers = Vec::new();
+    let mut total = 0u64;
+    let mut error = None;
+    loop {
+        let size = match limit {
+            Some(limit) if total >= limit => break,
+            Some(limit) => chunk.min(limit - total),
+            None => chunk,
+        };
+        match gpu.alloc(size) {
+            Ok(buffer) => {
+                total += size;
+                buffers.push(buffer);
+            }
+            Err(Error::Driver(e)) if e.code == CUDA_ERROR_OUT_OF_MEMORY => {
+                if chunk == min_chunk {
+                    error = Some(e.name);
+                    break;
+                }
+                chunk = (chunk / 2).max(min_chunk);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    let after = gpu.memory_info()?;
+    let report = json!({
+        "mode": "alloc",
+        "device": gpu.ordinal(),
+        "total": before.total,
+        "context_free": before.free,
+        "min_chunk": min_chunk,
+        "bytes": total,
+        "chunks": buffers.len(),
+        "error": error,
+        "free_after": after.free,
+    });
+    Ok(Allocation { report, buffers })
+}
+
+/// Queues `tessera_spin(kernel_ns)` back to back on one stream for `duration`, with at most
+/// `window` kernels in flight (each launch past the window waits for the kernel `window`
+/// launches earlier), then drains.
+pub fn train(gpu: &Gpu, kernel_ns: u64, duration: Duration, window: usize) -> Result<Value> {
+    let kernels = Kernels::load(gpu)?;
+    let stream = gpu.stream()?;
+    let window = window.max(1);
+    let events: Vec<Event<'_>> = (0..window)
+        .map(|_| gpu.event(CU_EVENT_DISABLE_TIMING | CU_EVENT_BLOCKING_SYNC))
+        .collect::<Result<_>>()?;
+    warm_up(&kernels, &stream)?;
+    let start = Instant::now();
+    let mut launched = 0u64;
+    while start.elapsed() < duration {
+        let slot = &events[(launched % window as u64) as usize];
+        if launched >= window as u64 {
+            slot.synchronize()?;
+        }
+        kernels.spin(&stream, kernel_ns)?;
+        slot.record(&stream)?;
+        launched += 1;
+    }
+    stream.synchronize()?;
+    let seconds = start.elapsed().as_secs_f64();
+    Ok(json!({
+        "mode": "train",
+        "device": gpu.ordinal(),
+        "kernel_ms": kernel_ns as f64 / 1e6,
+        "window": window,
+        "seconds": seconds,
+        "kernels": launched,
+        "kernels_per_s": launched as f64 / seconds,
+        // The share of the wall time this process's kernels occupied the GPU, if each ran
+        // for its nominal length.
+        "gpu_fraction": launched as f64 * kernel_ns as f64 / 1e9 / seconds,
+    }))
+}
+
+/// Open-loop requests: request `i` is due at `i / rate` seconds; each queues `kernels` spin
+/// kernels and synchronizes. Latency runs from the due time (so queueing behind a slow
+/// request counts) to the end of the synchronize.
+pub fn infer(
+    gpu: &Gpu,
+    rate: f64,
+    kernels_per_request: u32,
+    kernel_ns: u64,
+    duration: Duration,
+) -> Result<Value> {
+    let kernels = Kernels::load(gpu)?;
+    let stream = gpu.stream()?;
+    warm_up(&kernels, &stream)?;
+    let start = Instant::now();
+    let mut latencies = Vec::new();
+    loop {
+        let due = start + Duration::from_secs_f64(latencies.len() as f64 / rate);
+        if due >= start + duration {
+            break;
+        }
+        if let Some(wait) = due.checked_duration_since(Instant::now()) {
+            std::thread::sleep(wait);
+        }
+        for _ in 0..kernels_per_request {
+            kernels.spin(&stream, kernel_ns)?;
+        }
+        stream.synchronize()?;
+        latencies.push(due.elapsed().as_secs_f64() * 1e3);
+    }
+    let seconds = start.elapsed().as_secs_f64();
+    latencies.sort_by(f64::total_cmp);
+    let mean = latencies.iter().sum::<f64>() / latencies.len().max(1) as f64;
+    Ok(json!({
+        "mode": "infer",
+        "device": gpu.ordinal(),
+        "rate": rate,
+        "kernels": kernels_per_request,
+        "kernel_ms": kernel_ns as f64 / 1e6,
+        "seconds": seconds,
+        "count": latencies.len(),
+        "p50_ms": percentile(&latencies, 0.50),
+        "p99_ms": percentile(&latencies, 0.99),
+        "max_ms": latencies.last().copied().unwrap_or(0.0),
+        "mean_ms": mean,
+    }))
+}
+
+/// One empty kernel, so that first-launch costs (lazy loading on a real driver) stay out of
+/// the measurement.
+fn warm_up(kernels: &Kernels<'_>, stream: &Stream<'_>) -> Result<()> {
+    kernels.spin(stream, 0)?;
+    stream.synchronize()
+}
+
+/// The nearest-rank percentile of sorted values; 0 for none.
+pub fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = (p * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nearest_rank_percentiles() {
+        let v: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(percentile(&v, 0.50), 50.0);
+        assert_eq!(percentile(&v, 0.99), 99.0);
+        assert_eq!(percentile(&v, 1.0), 100.0);
+        assert_eq!(percentile(&[7.0], 0.99), 7.0);
+        assert_eq!(percentile(&[], 0.5), 0.0);
+        assert_eq!(percentile(&[1.0, 2.0], 0.0), 1.0);
+    }
+
+    #[test]
+    fn pattern_varies() {
+        assert_ne!(pattern(0), pattern(1));
+        assert_ne!(pattern(1), FILL_VALUE);
+    }
+}
