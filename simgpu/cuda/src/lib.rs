@@ -7,3 +7,16 @@
 
 #[macro_use]
 pub mod ffi;
+
+mod context;
+mod device;
+mod error;
+mod event;
+mod exec;
+mod graph;
+mod init;
+mod launch;
+mod memory;
+mod module;
+mod proc_address;
+mod stream;

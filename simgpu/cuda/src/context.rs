@@ -1,0 +1,550 @@
+//! Contexts: one primary context per device, shared through a reference count, and created
+//! ones; a per-thread stack of current contexts. A context costs device memory, as a real
+//! driver's does, from creation until it is destroyed or, for a primary one, reset.
+
+use crate::exec::{self, registry::Registry};
+use crate::ffi::{code, write_out, CUcontext, CUdevice, CUresult, DriverResult};
+use crate::init;
+use crate::stream::Stream;
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+
+/// `CUctx_flags` bits a context may carry (scheduling, host mapping, and the rest).
+const CTX_FLAGS_MASK: u32 = 0xff;
+/// Stream priorities: 0 is the least, lower numbers are greater.
+pub(crate) const LEAST_PRIORITY: i32 = 0;
+/// The greatest stream priority.
+pub(crate) const GREATEST_PRIORITY: i32 = -5;
+/// `cuCtxGetApiVersion`: contexts made through the `_v2` API report 3020.
+const CTX_API_VERSION: u32 = 3020;
+
+/// `CUlimit` values and their defaults, as a GPU of this generation reports them.
+const LIMIT_DEFAULTS: [u64; 7] = [
+    1024,    // STACK_SIZE
+    1 << 20, // PRINTF_FIFO_SIZE
+    8 << 20, // MALLOC_HEAP_SIZE
+    2,       // DEV_RUNTIME_SYNC_DEPTH
+    2048,    // DEV_RUNTIME_PENDING_LAUNCH_COUNT
+    64,      // MAX_L2_FETCH_GRANULARITY
+    0,       // PERSISTING_L2_CACHE_SIZE
+];
+const UNSUPPORTED_LIMIT: CUresult = 215;
+
+/// A context.
+pub(crate) struct Context {
+    /// Its device.
+    pub device: usize,
+    /// Unique in the process (`cuCtxGetId`), never reused.
+    pub id: u64,
+    /// The device's primary context.
+    pub primary: bool,
+    flags: AtomicU32,
+    limits: Mutex<[u64; 7]>,
+    cache_config: AtomicU32,
+    shared_mem_config: AtomicU32,
+    destroyed: AtomicBool,
+    /// The first error of asynchronous work (like an illegal address); 0 while none.
+    sticky: AtomicU32,
+    /// The context's legacy default stream, made on first use.
+    legacy: Mutex<Option<Arc<Stream>>>,
+}
+
+static CONTEXTS: Registry<Context> = Registry::new();
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// Primary context bookkeeping of one device.
+#[derive(Default)]
+struct Primary {
+    retained: u32,
+    flags: u32,
+    /// Made on first retain and kept, so that its handle never changes.
+    ctx: Option<Arc<Context>>,
+}
+
+static PRIMARY: Mutex<Vec<Primary>> = Mutex::new(Vec::new());
+
+thread_local! {
+    static STACK: RefCell<Vec<Arc<Context>>> = const { RefCell::new(Vec::new()) };
+}
+
+impl Context {
+    fn new(device: usize, flags: u32, primary: bool) -> Arc<Context> {
+        Arc::new(Context {
+            device,
+            id: NEXT_ID.fetch_add(1, Relaxed),
+            primary,
+            flags: AtomicU32::new(flags),
+            limits: Mutex::new(LIMIT_DEFAULTS),
+            cache_config: AtomicU32::new(0),
+            shared_mem_config: AtomicU32::new(0),
+            destroyed: AtomicBool::new(true),
+            sticky: AtomicU32::new(0),
+            legacy: Mutex::new(None),
+        })
+    }
+
+    /// Makes a new or inactive context usable: reserves its device memory and starts from
+    /// a clean state.
+    fn activate(&self, flags: u32) -> DriverResult {
+        let process = init::process()?;
+        process
+            .reserve_memory(self.device, process.node().config().context_memory)
+            .map_err(|_| code::OUT_OF_MEMORY)?;
+        self.flags.store(flags, Relaxed);
+        *self.limits.lock().unwrap_or_else(|e| e.into_inner()) = LIMIT_DEFAULTS;
+        self.cache_config.store(0, Relaxed);
+        self.shared_mem_config.store(0, Relaxed);
+        self.sticky.store(0, Relaxed);
+        self.destroyed.store(false, Relaxed);
+        Ok(())
+    }
+
+    /// A created (not primary) context, registered and usable.
+    fn create(device: usize, flags: u32) -> Result<Arc<Context>, CUresult> {
+        let ctx = Context::new(device, flags, false);
+        ctx.activate(flags)?;
+        CONTEXTS.insert(Arc::clone(&ctx));
+        Ok(ctx)
+    }
+
+    /// The handle the application sees.
+    pub(crate) fn handle(self: &Arc<Self>) -> CUcontext {
+        Registry::handle_of(self)
+    }
+
+    /// Whether the context was destroyed (threads may still hold it as current).
+    pub(crate) fn is_destroyed(&self) -> bool {
+        self.destroyed.load(Relaxed)
+    }
+
+    /// The first error of the context's asynchronous work, if any.
+    pub(crate) fn sticky_error(&self) -> Option<CUresult> {
+        // Relaxed: the error code is the only data; waits that report it are ordered by the
+        // executor's lock.
+        match self.sticky.load(Relaxed) {
+            0 => None,
+            e => Some(e),
+        }
+    }
+
+    /// Fails with the context's sticky error, if it has one.
+    pub(crate) fn check_sticky(&self) -> DriverResult {
+        self.sticky_error().map_or(Ok(()), Err)
+    }
+
+    /// Records an asynchronous failure; the context stays failed, like a GPU context after a
+    /// fault.
+    pub(crate) fn fail(&self, error: CUresult) {
+        let _ = self.sticky.compare_exchange(0, error, Relaxed, Relaxed);
+    }
+
+    /// The context's legacy default stream.
+    pub(crate) fn legacy_stream(self: &Arc<Self>) -> Arc<Stream> {
+        let mut legacy = self.legacy.lock().unwrap_or_else(|e| e.into_inner());
+        Arc::clone(legacy.get_or_insert_with(|| Stream::legacy(Arc::clone(self))))
+    }
+
+    /// Waits for all its work; reports the sticky error.
+    pub(crate) fn synchronize(&self) -> DriverResult {
+        exec::synchronize_context(self)?;
+        self.check_sticky()
+    }
+
+    /// Finishes the context's work and gives back what it holds. A primary context keeps
+    /// its handle, to be made active again by the next retain, as with the driver.
+    fn deactivate(self: &Arc<Self>) {
+        let _ = exec::synchronize_context(self);
+        if self.destroyed.swap(true, Relaxed) {
+            return;
+        }
+        if !self.primary {
+            CONTEXTS.remove(self.handle());
+            STACK.with(|s| s.borrow_mut().retain(|c| !Arc::ptr_eq(c, self)));
+        }
+        crate::stream::forget_context(self);
+        crate::module::forget_context(self);
+        crate::event::forget_context(self);
+        exec::forget_context(self);
+        crate::memory::forget_context(self);
+        self.legacy.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Ok(process) = init::process() {
+            process.release_memory(self.device, process.node().config().context_memory);
+        }
+    }
+}
+
+/// The calling thread's current context.
+pub(crate) fn current() -> Result<Arc<Context>, CUresult> {
+    init::process()?;
+    let ctx = STACK
+        .with(|s| s.borrow().last().cloned())
+        .ok_or(code::INVALID_CONTEXT)?;
+    if ctx.is_destroyed() {
+        return Err(code::CONTEXT_IS_DESTROYED);
+    }
+    Ok(ctx)
+}
+
+/// The live context behind a handle.
+pub(crate) fn lookup(handle: CUcontext) -> Result<Arc<Context>, CUresult> {
+    init::process()?;
+    CONTEXTS.get(handle).ok_or(code::INVALID_CONTEXT)
+}
+
+/// The context behind a handle, or the current one for null (as many entry points accept).
+fn lookup_or_current(handle: CUcontext) -> Result<Arc<Context>, CUresult> {
+    if handle.is_null() {
+        current()
+    } else {
+        lookup(handle)
+    }
+}
+
+fn primaries() -> std::sync::MutexGuard<'static, Vec<Primary>> {
+    PRIMARY.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn with_primary<R>(dev: CUdevice, f: impl FnOnce(&mut Primary, usize) -> R) -> Result<R, CUresult> {
+    let device = init::check_device(dev)?;
+    let mut table = primaries();
+    if table.len() <= device {
+        table.resize_with(device + 1, Primary::default);
+    }
+    Ok(f(&mut table[device], device))
+}
+
+fn check_flags(flags: u32) -> DriverResult {
+    if flags & !CTX_FLAGS_MASK != 0 {
+        return Err(code::INVALID_VALUE);
+    }
+    Ok(())
+}
+
+fn create_and_push(pctx: *mut CUcontext, flags: u32, dev: CUdevice) -> DriverResult {
+    init::process()?;
+    if pctx.is_null() {
+        return Err(code::INVALID_VALUE);
+    }
+    check_flags(flags)?;
+    let device = init::check_device(dev)?;
+    let ctx = Context::create(device, flags)?;
+    let handle = ctx.handle();
+    STACK.with(|s| s.borrow_mut().push(ctx));
+    // SAFETY: checked non-null above; the caller provides a CUcontext to write.
+    unsafe { write_out(pctx, handle) }
+}
+
+fn destroy(handle: CUcontext) -> DriverResult {
+    let ctx = lookup(handle)?;
+    if ctx.primary {
+        return Err(code::INVALID_CONTEXT);
+    }
+    ctx.deactivate();
+    Ok(())
+}
+
+fn primary_release(dev: CUdevice) -> DriverResult {
+    init::process()?;
+    // Under the table's lock, so that a concurrent retain finds the context either active
+    // or already inactive.
+    with_primary(dev, |p, _| {
+        if p.retained == 0 {
+            return Err(code::INVALID_CONTEXT);
+        }
+        p.retained -= 1;
+        if p.retained == 0 {
+            if let Some(ctx) = &p.ctx {
+                ctx.deactivate();
+            }
+        }
+        Ok(())
+    })?
+}
+
+fn primary_reset(dev: CUdevice) -> DriverResult {
+    init::process()?;
+    with_primary(dev, |p, _| {
+        p.retained = 0;
+        if let Some(ctx) = &p.ctx {
+            ctx.deactivate();
+        }
+    })
+}
+
+fn primary_set_flags(dev: CUdevice, flags: u32) -> DriverResult {
+    init::process()?;
+    check_flags(flags)?;
+    with_primary(dev, |p, _| {
+        p.flags = flags;
+        if let Some(ctx) = p.ctx.as_ref().filter(|c| !c.is_destroyed()) {
+            ctx.flags.store(flags, Relaxed);
+        }
+    })
+}
+
+cuda_entry! {
+    fn cuDevicePrimaryCtxRetain(pctx: *mut CUcontext, dev: CUdevice) {
+        init::process()?;
+        if pctx.is_null() {
+            return Err(code::INVALID_VALUE);
+        }
+        let ctx = with_primary(dev, |p, device| -> Result<Arc<Context>, CUresult> {
+            let ctx = p
+                .ctx
+                .get_or_insert_with(|| {
+                    let ctx = Context::new(device, p.flags, true);
+                    CONTEXTS.insert(Arc::clone(&ctx));
+                    ctx
+                })
+                .clone();
+            if ctx.is_destroyed() {
+                ctx.activate(p.flags)?;
+            }
+            p.retained += 1;
+            Ok(ctx)
+        })??;
+        // SAFETY: checked non-null above; the caller provides a CUcontext to write.
+        unsafe { write_out(pctx, ctx.handle()) }
+    }
+
+    fn cuDevicePrimaryCtxRelease(dev: CUdevice) {
+        primary_release(dev)
+    }
+
+    fn cuDevicePrimaryCtxRelease_v2(dev: CUdevice) {
+        primary_release(dev)
+    }
+
+    fn cuDevicePrimaryCtxReset(dev: CUdevice) {
+        primary_reset(dev)
+    }
+
+    fn cuDevicePrimaryCtxReset_v2(dev: CUdevice) {
+        primary_reset(dev)
+    }
+
+    fn cuDevicePrimaryCtxSetFlags(dev: CUdevice, flags: u32) {
+        primary_set_flags(dev, flags)
+    }
+
+    fn cuDevicePrimaryCtxSetFlags_v2(dev: CUdevice, flags: u32) {
+        primary_set_flags(dev, flags)
+    }
+
+    fn cuDevicePrimaryCtxGetState(dev: CUdevice, flags: *mut u32, active: *mut i32) {
+        init::process()?;
+        if flags.is_null() || active.is_null() {
+            return Err(code::INVALID_VALUE);
+        }
+        let (f, a) = with_primary(dev, |p, _| {
+            (p.flags, p.ctx.as_ref().is_some_and(|c| !c.is_destroyed()) as i32)
+        })?;
+        // SAFETY: both checked non-null; the caller provides them for writing.
+        unsafe {
+            write_out(flags, f)?;
+            write_out(active, a)
+        }
+    }
+
+    fn cuCtxCreate(pctx: *mut CUcontext, flags: u32, dev: CUdevice) {
+        create_and_push(pctx, flags, dev)
+    }
+
+    fn cuCtxCreate_v2(pctx: *mut CUcontext, flags: u32, dev: CUdevice) {
+        create_and_push(pctx, flags, dev)
+    }
+
+    /// Execution-affinity parameters (SM partitions) are accepted and not applied.
+    fn cuCtxCreate_v3(
+        pctx: *mut CUcontext,
+        params: *mut std::ffi::c_void,
+        num_params: i32,
+        flags: u32,
+        dev: CUdevice,
+    ) {
+        if num_params < 0 || (num_params > 0 && params.is_null()) {
+            return Err(code::INVALID_VALUE);
+        }
+        create_and_push(pctx, flags, dev)
+    }
+
+    /// Creation parameters (affinity, CIG) are accepted and not applied.
+    fn cuCtxCreate_v4(
+        pctx: *mut CUcontext,
+        _params: *mut std::ffi::c_void,
+        flags: u32,
+        dev: CUdevice,
+    ) {
+        create_and_push(pctx, flags, dev)
+    }
+
+    fn cuCtxDestroy(ctx: CUcontext) {
+        destroy(ctx)
+    }
+
+    fn cuCtxDestroy_v2(ctx: CUcontext) {
+        destroy(ctx)
+    }
+
+    fn cuCtxSetCurrent(ctx: CUcontext) {
+        init::process()?;
+        let ctx = if ctx.is_null() { None } else { Some(lookup(ctx)?) };
+        STACK.with(|s| {
+            let mut stack = s.borrow_mut();
+            stack.pop();
+            stack.extend(ctx);
+        });
+        Ok(())
+    }
+
+    fn cuCtxGetCurrent(pctx: *mut CUcontext) {
+        init::process()?;
+        let handle = STACK
+            .with(|s| s.borrow().last().map(Context::handle))
+            .unwrap_or(std::ptr::null_mut());
+        // SAFETY: write_out checks null; the caller provides a CUcontext to write.
+        unsafe { write_out(pctx, handle) }
+    }
+
+    fn cuCtxPushCurrent(ctx: CUcontext) {
+        push(ctx)
+    }
+
+    fn cuCtxPushCurrent_v2(ctx: CUcontext) {
+        push(ctx)
+    }
+
+    fn cuCtxPopCurrent(pctx: *mut CUcontext) {
+        pop(pctx)
+    }
+
+    fn cuCtxPopCurrent_v2(pctx: *mut CUcontext) {
+        pop(pctx)
+    }
+
+    fn cuCtxSynchronize() {
+        current()?.synchronize()
+    }
+
+    fn cuCtxGetDevice(dev: *mut CUdevice) {
+        let ctx = current()?;
+        // SAFETY: write_out checks null; the caller provides a CUdevice to write.
+        unsafe { write_out(dev, ctx.device as CUdevice) }
+    }
+
+    fn cuCtxGetApiVersion(ctx: CUcontext, version: *mut u32) {
+        lookup_or_current(ctx)?;
+        // SAFETY: write_out checks null; the caller provides an unsigned int to write.
+        unsafe { write_out(version, CTX_API_VERSION) }
+    }
+
+    fn cuCtxGetFlags(flags: *mut u32) {
+        let ctx = current()?;
+        // SAFETY: write_out checks null; the caller provides an unsigned int to write.
+        unsafe { write_out(flags, ctx.flags.load(Relaxed)) }
+    }
+
+    fn cuCtxSetFlags(flags: u32) {
+        let ctx = current()?;
+        check_flags(flags)?;
+        ctx.flags.store(flags, Relaxed);
+        Ok(())
+    }
+
+    fn cuCtxGetId(ctx: CUcontext, id: *mut u64) {
+        let ctx = lookup_or_current(ctx)?;
+        // SAFETY: write_out checks null; the caller provides an unsigned long long to write.
+        unsafe { write_out(id, ctx.id) }
+    }
+
+    fn cuCtxSetLimit(limit: u32, value: usize) {
+        let ctx = current()?;
+        let mut limits = ctx.limits.lock().unwrap_or_else(|e| e.into_inner());
+        let slot = limits.get_mut(limit as usize).ok_or(UNSUPPORTED_LIMIT)?;
+        *slot = value as u64;
+        Ok(())
+    }
+
+    fn cuCtxGetLimit(value: *mut usize, limit: u32) {
+        let ctx = current()?;
+        let v = *ctx
+            .limits
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(limit as usize)
+            .ok_or(UNSUPPORTED_LIMIT)?;
+        // SAFETY: write_out checks null; the caller provides a size_t to write.
+        unsafe { write_out(value, v as usize) }
+    }
+
+    fn cuCtxGetCacheConfig(config: *mut u32) {
+        let ctx = current()?;
+        // SAFETY: write_out checks null; the caller provides a CUfunc_cache to write.
+        unsafe { write_out(config, ctx.cache_config.load(Relaxed)) }
+    }
+
+    fn cuCtxSetCacheConfig(config: u32) {
+        let ctx = current()?;
+        if config > 3 {
+            return Err(code::INVALID_VALUE);
+        }
+        ctx.cache_config.store(config, Relaxed);
+        Ok(())
+    }
+
+    fn cuCtxGetSharedMemConfig(config: *mut u32) {
+        let ctx = current()?;
+        // SAFETY: write_out checks null; the caller provides a CUsharedconfig to write.
+        unsafe { write_out(config, ctx.shared_mem_config.load(Relaxed)) }
+    }
+
+    fn cuCtxSetSharedMemConfig(config: u32) {
+        let ctx = current()?;
+        if config > 2 {
+            return Err(code::INVALID_VALUE);
+        }
+        ctx.shared_mem_config.store(config, Relaxed);
+        Ok(())
+    }
+
+    fn cuCtxGetStreamPriorityRange(least: *mut i32, greatest: *mut i32) {
+        current()?;
+        // Either pointer may be null: the caller asks only for what it wants.
+        if !least.is_null() {
+            // SAFETY: non-null; the caller provides an int to write.
+            unsafe { write_out(least, LEAST_PRIORITY)? };
+        }
+        if !greatest.is_null() {
+            // SAFETY: non-null; the caller provides an int to write.
+            unsafe { write_out(greatest, GREATEST_PRIORITY)? };
+        }
+        Ok(())
+    }
+
+    fn cuCtxResetPersistingL2Cache() {
+        current().map(drop)
+    }
+}
+
+fn push(ctx: CUcontext) -> DriverResult {
+    init::process()?;
+    if ctx.is_null() {
+        return Err(code::INVALID_CONTEXT);
+    }
+    let ctx = lookup(ctx)?;
+    STACK.with(|s| s.borrow_mut().push(ctx));
+    Ok(())
+}
+
+fn pop(pctx: *mut CUcontext) -> DriverResult {
+    init::process()?;
+    let ctx = STACK
+        .with(|s| s.borrow_mut().pop())
+        .ok_or(code::INVALID_CONTEXT)?;
+    if pctx.is_null() {
+        return Ok(());
+    }
+    // SAFETY: non-null; the caller provides a CUcontext to write.
+    unsafe { write_out(pctx, ctx.handle()) }
+}

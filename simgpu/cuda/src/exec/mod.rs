@@ -1,0 +1,526 @@
+//! The executors: one thread per device of this process runs the work of every stream on
+//! that device, in stream order, kernels on the device's engine.
+//!
+//! Every operation gets a sequence number when it is submitted. The executor runs, among the
+//! heads of its stream queues, the runnable one with the lowest number: a wait on an event is
+//! runnable once the awaited record has run, and the legacy default stream and the blocking
+//! streams of its context wait for each other's earlier work (non-blocking streams do not).
+//! Time is simulated time: a kernel is ready when it was submitted and its stream's previous
+//! operation had ended, and the engine says when it ran; records take the time their stream
+//! reached, so that events measure engine time.
+
+pub(crate) mod registry;
+
+use crate::context::Context;
+use crate::event::Event;
+use crate::ffi::{code, CUresult, DriverResult};
+use crate::launch::KernelLaunch;
+use crate::stream::{Stream, StreamKind};
+use simgpu::clock::now_ns;
+use simgpu::device::MAX_DEVICES;
+use simgpu::node::Process;
+use std::cell::Cell;
+use std::collections::{HashMap, VecDeque};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Once, OnceLock};
+
+/// Work that runs on the host, in stream order, and takes no engine time (copies, memsets,
+/// frees, host functions). `Fn` so that a captured graph can replay it.
+pub(crate) type HostWork = Arc<dyn Fn() + Send + Sync>;
+
+/// One operation of a stream.
+pub(crate) enum Work {
+    /// A kernel: engine time, then its effect on memory.
+    Kernel(Arc<KernelLaunch>),
+    /// Host work.
+    Host(HostWork),
+    /// A stream callback, told the context's error state.
+    Callback(Box<dyn FnOnce(CUresult) + Send>),
+    /// The `n`th record of an event.
+    Record(Arc<Event>, u64),
+    /// Waits until the `n`th record of an event has run.
+    Wait(Arc<Event>, u64),
+    /// Stops the executor until a host thread, which does synchronous work, lets it go.
+    Rendezvous(Ticket),
+    /// Nothing: a point in the stream to wait for.
+    Marker,
+}
+
+struct Op {
+    seq: u64,
+    submit_ns: u64,
+    work: Work,
+}
+
+struct Queue {
+    stream: Arc<Stream>,
+    ops: VecDeque<Op>,
+    /// When the stream's last operation ended, in simulated time.
+    last_end_ns: u64,
+    submitted: u64,
+    completed: u64,
+    /// The handle is gone: drop the queue once it drains.
+    released: bool,
+}
+
+/// Per context: when the last operations of the legacy stream and of the blocking streams
+/// ended, for the implicit synchronization between them.
+#[derive(Default, Clone, Copy)]
+struct Ends {
+    legacy: u64,
+    blocking: u64,
+}
+
+#[derive(Default)]
+struct State {
+    queues: HashMap<u64, Queue>,
+    ends: HashMap<u64, Ends>,
+}
+
+/// One device's executor.
+pub(crate) struct Executor {
+    device: usize,
+    state: Mutex<State>,
+    /// Wakes the executor thread: new work, or an event it may wait for.
+    wake: Condvar,
+    /// Wakes host threads waiting for completions.
+    done: Condvar,
+    started: Once,
+}
+
+/// `CUDA_ERROR_LAUNCH_FAILED`: what a context reports after simgpu itself failed running
+/// an operation.
+const LAUNCH_FAILED: CUresult = 719;
+
+/// Sequence numbers, process-wide so that they also order work across devices.
+static NEXT_SEQ: AtomicU64 = AtomicU64::new(1);
+
+static EXECUTORS: [OnceLock<Executor>; MAX_DEVICES] = [const { OnceLock::new() }; MAX_DEVICES];
+
+thread_local! {
+    static ON_EXECUTOR: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether the calling thread is an executor (running a host function or callback), where
+/// waiting for stream work would wait for itself.
+pub(crate) fn on_executor_thread() -> bool {
+    ON_EXECUTOR.with(|c| c.get())
+}
+
+fn executor(device: usize) -> Result<&'static Executor, CUresult> {
+    let process = crate::init::process()?;
+    let slot = EXECUTORS.get(device).ok_or(code::INVALID_DEVICE)?;
+    let exec = slot.get_or_init(|| Executor {
+        device,
+        state: Mutex::new(State::default()),
+        wake: Condvar::new(),
+        done: Condvar::new(),
+        started: Once::new(),
+    });
+    exec.started.call_once(|| {
+        std::thread::Builder::new()
+            .name(format!("simgpu-exec{device}"))
+            .spawn(move || exec.run(process))
+            .expect("cannot start an executor thread");
+    });
+    Ok(exec)
+}
+
+impl Executor {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // Work runs outside the lock and the state is updated in whole steps, so a poisoned
+        // lock still guards consistent data.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn wait<'a>(&self, cv: &Condvar, guard: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
+        cv.wait(guard).unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn run(&'static self, process: &'static Process) {
+        ON_EXECUTOR.with(|c| c.set(true));
+        let engine = process.engine(self.device);
+        let config = process.node().config();
+        let mut holding = false;
+        let mut state = self.lock();
+        loop {
+            let Some((id, op, ready)) = state.pick() else {
+                if holding {
+                    drop(state);
+                    engine.idle();
+                    holding = false;
+                    state = self.lock();
+                } else {
+                    state = self.wait(&self.wake, state);
+                }
+                continue;
+            };
+            let ctx = Arc::clone(&state.queues[&id].stream.ctx);
+            drop(state);
+
+            let is_host = matches!(
+                op.work,
+                Work::Host(_) | Work::Callback(_) | Work::Rendezvous(_)
+            );
+            if is_host && holding {
+                // Host work does not use the engine: let other processes have it meanwhile.
+                engine.idle();
+                holding = false;
+            }
+            let is_record = matches!(op.work, Work::Record(..));
+            let outcome = catch_unwind(AssertUnwindSafe(|| {
+                execute(op.work, ready, &ctx, &engine, &config, &mut holding)
+            }));
+            let end = match outcome {
+                Ok(Ok(end)) => end,
+                Ok(Err(e)) => {
+                    ctx.fail(e);
+                    ready
+                }
+                Err(_) => {
+                    ctx.fail(LAUNCH_FAILED);
+                    ready
+                }
+            };
+
+            state = self.lock();
+            state.finish(id, end);
+            self.done.notify_all();
+            if is_record {
+                // A stream on another device may wait for this record.
+                drop(state);
+                wake_others(self.device);
+                state = self.lock();
+            }
+        }
+    }
+}
+
+fn wake_others(device: usize) {
+    for exec in EXECUTORS.iter().filter_map(OnceLock::get) {
+        if exec.device != device {
+            // Taking the lock orders this wake-up after the waiter's check of the event.
+            let _state = exec.lock();
+            exec.wake.notify_all();
+        }
+    }
+}
+
+/// Runs one operation; returns when it ended in simulated time.
+fn execute(
+    work: Work,
+    ready: u64,
+    ctx: &Context,
+    engine: &simgpu::engine::Engine<'_>,
+    config: &simgpu::config::NodeConfig,
+    holding: &mut bool,
+) -> Result<u64, CUresult> {
+    match work {
+        Work::Kernel(kernel) => {
+            if ctx.sticky_error().is_some() {
+                // A failed context runs nothing more, as on a GPU.
+                return Ok(ready);
+            }
+            let span = engine.run(ready, kernel.duration_ns(config));
+            *holding = true;
+            kernel.apply()?;
+            Ok(span.end_ns)
+        }
+        // Host work takes the time it takes on the CPU, counted from when the stream was
+        // ready for it (not from when this thread got to it).
+        Work::Host(f) => {
+            let start = now_ns();
+            f();
+            Ok(ready + (now_ns() - start))
+        }
+        Work::Callback(f) => {
+            let start = now_ns();
+            f(ctx.sticky_error().unwrap_or(code::SUCCESS));
+            Ok(ready + (now_ns() - start))
+        }
+        Work::Record(event, n) => {
+            event.complete(n, ready);
+            Ok(ready)
+        }
+        Work::Wait(event, _) => Ok(ready.max(event.timestamp_ns())),
+        Work::Rendezvous(ticket) => {
+            let start = now_ns();
+            ticket.meet();
+            Ok(ready + (now_ns() - start))
+        }
+        Work::Marker => Ok(ready),
+    }
+}
+
+impl State {
+    /// Takes the runnable head with the lowest sequence number, and when it is ready.
+    fn pick(&mut self) -> Option<(u64, Op, u64)> {
+        let mut best: Option<(u64, u64)> = None;
+        for (id, q) in &self.queues {
+            let Some(head) = q.ops.front() else { continue };
+            if best.is_some_and(|(seq, _)| seq < head.seq) || !self.runnable(q, head) {
+                continue;
+            }
+            best = Some((head.seq, *id));
+        }
+        let (_, id) = best?;
+        let q = self.queues.get_mut(&id)?;
+        let op = q.ops.pop_front()?;
+        let ends = self.ends.get(&q.stream.ctx.id).copied().unwrap_or_default();
+        let mut ready = op.submit_ns.max(q.last_end_ns);
+        match q.stream.kind {
+            StreamKind::Legacy => ready = ready.max(ends.blocking),
+            StreamKind::Blocking | StreamKind::PerThread => ready = ready.max(ends.legacy),
+            StreamKind::NonBlocking => {}
+        }
+        Some((id, op, ready))
+    }
+
+    fn runnable(&self, q: &Queue, head: &Op) -> bool {
+        if let Work::Wait(event, n) = &head.work {
+            if !event.reached(*n) {
+                return false;
+            }
+        }
+        let ctx = q.stream.ctx.id;
+        let earlier = |other: &Queue, pred: fn(StreamKind) -> bool| {
+            other.stream.ctx.id == ctx
+                && pred(other.stream.kind)
+                && other.ops.front().is_some_and(|h| h.seq < head.seq)
+        };
+        match q.stream.kind {
+            StreamKind::Legacy => !self
+                .queues
+                .values()
+                .any(|o| earlier(o, StreamKind::syncs_with_legacy)),
+            StreamKind::Blocking | StreamKind::PerThread => !self
+                .queues
+                .values()
+                .any(|o| earlier(o, |k| k == StreamKind::Legacy)),
+            StreamKind::NonBlocking => true,
+        }
+    }
+
+    fn finish(&mut self, id: u64, end: u64) {
+        let Some(q) = self.queues.get_mut(&id) else {
+            return;
+        };
+        q.last_end_ns = q.last_end_ns.max(end);
+        q.completed += 1;
+        let ends = self.ends.entry(q.stream.ctx.id).or_default();
+        match q.stream.kind {
+            StreamKind::Legacy => ends.legacy = ends.legacy.max(end),
+            StreamKind::Blocking | StreamKind::PerThread => ends.blocking = ends.blocking.max(end),
+            StreamKind::NonBlocking => {}
+        }
+        if q.released && q.ops.is_empty() {
+            self.queues.remove(&id);
+        }
+    }
+}
+
+/// Where a stream stood when work was submitted: wait for it with [`wait_for`].
+#[derive(Clone, Copy)]
+pub(crate) struct Mark {
+    stream: u64,
+    device: usize,
+    count: u64,
+}
+
+/// Appends work to a stream; it runs after everything submitted to the stream before.
+pub(crate) fn submit(stream: &Arc<Stream>, work: Work) -> Result<Mark, CUresult> {
+    let device = stream.ctx.device;
+    let exec = executor(device)?;
+    let mut state = exec.lock();
+    let q = state.queues.entry(stream.id).or_insert_with(|| Queue {
+        stream: Arc::clone(stream),
+        ops: VecDeque::new(),
+        last_end_ns: 0,
+        submitted: 0,
+        completed: 0,
+        released: false,
+    });
+    // Numbered under the executor's lock, so that numbers and queue order agree.
+    let seq = NEXT_SEQ.fetch_add(1, Relaxed);
+    q.ops.push_back(Op {
+        seq,
+        submit_ns: now_ns(),
+        work,
+    });
+    q.submitted += 1;
+    let mark = Mark {
+        stream: stream.id,
+        device,
+        count: q.submitted,
+    };
+    exec.wake.notify_all();
+    Ok(mark)
+}
+
+/// Blocks until the work up to `mark` has run.
+pub(crate) fn wait_for(mark: Mark) -> DriverResult {
+    if on_executor_thread() {
+        return Err(code::NOT_PERMITTED);
+    }
+    let exec = executor(mark.device)?;
+    let mut state = exec.lock();
+    while state
+        .queues
+        .get(&mark.stream)
+        .is_some_and(|q| q.completed < mark.count)
+    {
+        state = exec.wait(&exec.done, state);
+    }
+    Ok(())
+}
+
+/// Whether every operation submitted to the stream has run.
+pub(crate) fn stream_idle(stream: &Stream) -> Result<bool, CUresult> {
+    let exec = executor(stream.ctx.device)?;
+    let state = exec.lock();
+    Ok(state
+        .queues
+        .get(&stream.id)
+        .is_none_or(|q| q.completed == q.submitted))
+}
+
+/// Whether every operation submitted to the streams of a context has run.
+pub(crate) fn context_idle(ctx: &Context) -> Result<bool, CUresult> {
+    let exec = executor(ctx.device)?;
+    let state = exec.lock();
+    Ok(state
+        .queues
+        .values()
+        .filter(|q| q.stream.ctx.id == ctx.id)
+        .all(|q| q.completed == q.submitted))
+}
+
+/// Blocks until every operation submitted so far to the streams of a context has run.
+pub(crate) fn synchronize_context(ctx: &Context) -> DriverResult {
+    if on_executor_thread() {
+        return Err(code::NOT_PERMITTED);
+    }
+    let exec = executor(ctx.device)?;
+    let mut state = exec.lock();
+    let marks: Vec<(u64, u64)> = state
+        .queues
+        .iter()
+        .filter(|(_, q)| q.stream.ctx.id == ctx.id)
+        .map(|(id, q)| (*id, q.submitted))
+        .collect();
+    for (id, count) in marks {
+        while state.queues.get(&id).is_some_and(|q| q.completed < count) {
+            state = exec.wait(&exec.done, state);
+        }
+    }
+    Ok(())
+}
+
+/// The stream's handle is gone: its queue goes once drained.
+pub(crate) fn release_stream(stream: &Stream) {
+    let Ok(exec) = executor(stream.ctx.device) else {
+        return;
+    };
+    let mut state = exec.lock();
+    if let Some(q) = state.queues.get_mut(&stream.id) {
+        q.released = true;
+        if q.ops.is_empty() && q.completed == q.submitted {
+            state.queues.remove(&stream.id);
+        }
+    }
+}
+
+/// Drops the queues of a destroyed context (after it was synchronized).
+pub(crate) fn forget_context(ctx: &Context) {
+    let Ok(exec) = executor(ctx.device) else {
+        return;
+    };
+    let mut state = exec.lock();
+    state.queues.retain(|_, q| q.stream.ctx.id != ctx.id);
+    state.ends.remove(&ctx.id);
+}
+
+/// A synchronous operation's place in a stream: the executor stops there and lets the host
+/// thread that queued it do its work, so that the work is ordered like an operation of the
+/// stream without leaving the caller's thread (and its borrows).
+pub(crate) struct Ticket(Arc<Meeting>);
+
+struct Meeting {
+    phase: Mutex<Phase>,
+    cv: Condvar,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Queued,
+    Arrived,
+    Done,
+    /// The operation was dropped without running.
+    Abandoned,
+}
+
+impl Meeting {
+    fn set(&self, phase: Phase) {
+        *self.phase.lock().unwrap_or_else(|e| e.into_inner()) = phase;
+        self.cv.notify_all();
+    }
+
+    fn wait_while(&self, pred: impl Fn(Phase) -> bool) -> Phase {
+        let mut phase = self.phase.lock().unwrap_or_else(|e| e.into_inner());
+        while pred(*phase) {
+            phase = self.cv.wait(phase).unwrap_or_else(|e| e.into_inner());
+        }
+        *phase
+    }
+}
+
+impl Ticket {
+    /// On the executor: hands over to the host thread and waits until it is done.
+    fn meet(&self) {
+        self.0.set(Phase::Arrived);
+        self.0.wait_while(|p| p == Phase::Arrived);
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        let mut phase = self.0.phase.lock().unwrap_or_else(|e| e.into_inner());
+        if *phase == Phase::Queued {
+            *phase = Phase::Abandoned;
+            self.0.cv.notify_all();
+        }
+    }
+}
+
+/// Lets the executor go on when dropped, even if the synchronous work panicked.
+struct Release<'a>(&'a Meeting);
+
+impl Drop for Release<'_> {
+    fn drop(&mut self) {
+        self.0.set(Phase::Done);
+    }
+}
+
+/// Runs `work` on the calling thread at its place in `stream`: after the work submitted
+/// before it, and before the work submitted after it.
+pub(crate) fn run_in_order(stream: &Arc<Stream>, work: impl FnOnce()) -> DriverResult {
+    if on_executor_thread() {
+        return Err(code::NOT_PERMITTED);
+    }
+    let meeting = Arc::new(Meeting {
+        phase: Mutex::new(Phase::Queued),
+        cv: Condvar::new(),
+    });
+    submit(stream, Work::Rendezvous(Ticket(Arc::clone(&meeting))))?;
+    if meeting.wait_while(|p| p == Phase::Queued) == Phase::Abandoned {
+        return Err(stream
+            .ctx
+            .sticky_error()
+            .unwrap_or(code::CONTEXT_IS_DESTROYED));
+    }
+    let _release = Release(&meeting);
+    stream.ctx.check_sticky()?;
+    work();
+    Ok(())
+}

@@ -1,0 +1,479 @@
+//! Stream capture and graphs. A capture records the kernels and host work submitted to its
+//! streams, in submission order; launching the instantiated graph replays them in that order
+//! on one stream. (Graph edges are not modelled: the replay is a valid linearization of any
+//! captured dependency graph.)
+
+use crate::exec::{registry::Registry, HostWork, Work};
+use crate::ffi::{code, write_out, CUstream, DriverResult};
+use crate::launch::KernelLaunch;
+use crate::stream::{self, Stream, StreamKind};
+use std::cell::Cell;
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+
+/// A graph handle.
+pub type CUgraph = *mut c_void;
+/// An executable graph handle.
+pub type CUgraphExec = *mut c_void;
+
+/// `CUstreamCaptureStatus`.
+const CAPTURE_NONE: u32 = 0;
+const CAPTURE_ACTIVE: u32 = 1;
+const CAPTURE_INVALIDATED: u32 = 2;
+/// `CUstreamCaptureMode`: global, thread-local, relaxed.
+const CAPTURE_MODE_RELAXED: u32 = 2;
+
+/// A graph node: work a graph can hold.
+#[derive(Clone)]
+pub(crate) enum Node {
+    /// A kernel launch, with its arguments as they were at capture.
+    Kernel(Arc<KernelLaunch>),
+    /// Host work (a host function, a copy, a memset).
+    Host(HostWork),
+}
+
+impl Node {
+    /// The stream operation that runs the node.
+    pub(crate) fn into_work(self) -> Work {
+        match self {
+            Node::Kernel(k) => Work::Kernel(k),
+            Node::Host(h) => Work::Host(h),
+        }
+    }
+}
+
+/// A graph: its nodes in order.
+pub(crate) struct Graph {
+    nodes: Mutex<Vec<Node>>,
+}
+
+impl Graph {
+    fn nodes(&self) -> MutexGuard<'_, Vec<Node>> {
+        self.nodes.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// An instantiated graph.
+struct GraphExec {
+    nodes: Vec<Node>,
+}
+
+static GRAPHS: Registry<Graph> = Registry::new();
+static EXECS: Registry<GraphExec> = Registry::new();
+static NEXT_CAPTURE_ID: AtomicU64 = AtomicU64::new(1);
+
+thread_local! {
+    static THREAD_CAPTURE_MODE: Cell<u32> = const { Cell::new(0) };
+}
+
+/// A capture in progress.
+pub(crate) struct Capture {
+    id: u64,
+    /// The stream that began it; only it may end it.
+    origin: u64,
+    graph: Arc<Graph>,
+    graph_handle: CUgraph,
+    invalidated: AtomicBool,
+    /// Streams that joined through events, to be released at the end.
+    members: Mutex<Vec<Weak<Stream>>>,
+}
+
+// SAFETY: `graph_handle` is only an identifier (the graph's address), never dereferenced
+// through this field.
+unsafe impl Send for Capture {}
+// SAFETY: as for Send; the other fields are thread-safe.
+unsafe impl Sync for Capture {}
+
+impl Capture {
+    /// Fails if an unsupported operation spoiled the capture.
+    pub(crate) fn check(&self) -> DriverResult {
+        if self.invalidated.load(Relaxed) {
+            Err(code::STREAM_CAPTURE_INVALIDATED)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Appends a node.
+    pub(crate) fn add(&self, node: Node) -> DriverResult {
+        self.check()?;
+        self.graph.nodes().push(node);
+        Ok(())
+    }
+
+    /// Spoils the capture: ending it will fail.
+    pub(crate) fn invalidate(&self) {
+        self.invalidated.store(true, Relaxed);
+    }
+}
+
+/// Draws `stream` into `capture` (it waited for an event recorded inside the capture).
+pub(crate) fn join(stream: &Arc<Stream>, capture: &Arc<Capture>) -> DriverResult {
+    capture.check()?;
+    match stream.capture() {
+        Some(current) if Arc::ptr_eq(&current, capture) => Ok(()),
+        // Two captures may not merge.
+        Some(current) => {
+            current.invalidate();
+            capture.invalidate();
+            Err(code::STREAM_CAPTURE_INVALIDATED)
+        }
+        None => {
+            stream.set_capture(Some(Arc::clone(capture)));
+            capture
+                .members
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(Arc::downgrade(stream));
+            Ok(())
+        }
+    }
+}
+
+fn begin(handle: CUstream, mode: u32, per_thread: bool) -> DriverResult {
+    let stream = stream::resolve(handle, per_thread)?;
+    if mode > CAPTURE_MODE_RELAXED {
+        return Err(code::INVALID_VALUE);
+    }
+    if stream.kind == StreamKind::Legacy {
+        return Err(code::STREAM_CAPTURE_UNSUPPORTED);
+    }
+    if stream.capture().is_some() {
+        return Err(code::ILLEGAL_STATE);
+    }
+    let graph = Arc::new(Graph {
+        nodes: Mutex::new(Vec::new()),
+    });
+    let graph_handle = GRAPHS.insert(Arc::clone(&graph));
+    stream.set_capture(Some(Arc::new(Capture {
+        id: NEXT_CAPTURE_ID.fetch_add(1, Relaxed),
+        origin: stream.id,
+        graph,
+        graph_handle,
+        invalidated: AtomicBool::new(false),
+        members: Mutex::new(Vec::new()),
+    })));
+    Ok(())
+}
+
+fn end(handle: CUstream, out: *mut CUgraph, per_thread: bool) -> DriverResult {
+    let stream = stream::resolve(handle, per_thread)?;
+    if out.is_null() {
+        return Err(code::INVALID_VALUE);
+    }
+    let capture = stream.capture().ok_or(code::ILLEGAL_STATE)?;
+    if capture.origin != stream.id {
+        capture.invalidate();
+        return Err(code::STREAM_CAPTURE_UNMATCHED);
+    }
+    stream.set_capture(None);
+    let members = std::mem::take(&mut *capture.members.lock().unwrap_or_else(|e| e.into_inner()));
+    for member in members.iter().filter_map(Weak::upgrade) {
+        member.set_capture(None);
+    }
+    let result = if capture.invalidated.load(Relaxed) {
+        GRAPHS.remove(capture.graph_handle);
+        Err(code::STREAM_CAPTURE_INVALIDATED)
+    } else {
+        Ok(capture.graph_handle)
+    };
+    // SAFETY: checked non-null; the caller provides a CUgraph to write.
+    unsafe { write_out(out, *result.as_ref().unwrap_or(&std::ptr::null_mut()))? };
+    result.map(drop)
+}
+
+fn capture_status(stream: &Stream) -> (u32, Option<Arc<Capture>>) {
+    match stream.capture() {
+        None => (CAPTURE_NONE, None),
+        Some(c) if c.invalidated.load(Relaxed) => (CAPTURE_INVALIDATED, Some(c)),
+        Some(c) => (CAPTURE_ACTIVE, Some(c)),
+    }
+}
+
+fn is_capturing(handle: CUstream, status: *mut u32, per_thread: bool) -> DriverResult {
+    let stream = stream::resolve(handle, per_thread)?;
+    // SAFETY: write_out checks null; the caller provides a CUstreamCaptureStatus to write.
+    unsafe { write_out(status, capture_status(&stream).0) }
+}
+
+/// `cuStreamGetCaptureInfo` in all its versions: the optional outputs are written when
+/// non-null; the graph has no dependency nodes to report (its order is its only edge set).
+#[allow(clippy::too_many_arguments)]
+fn capture_info(
+    handle: CUstream,
+    per_thread: bool,
+    status: *mut u32,
+    id: *mut u64,
+    graph: *mut CUgraph,
+    deps: *mut *const c_void,
+    edges: *mut *const c_void,
+    num_deps: *mut usize,
+) -> DriverResult {
+    let stream = stream::resolve(handle, per_thread)?;
+    if status.is_null() {
+        return Err(code::INVALID_VALUE);
+    }
+    let (s, capture) = capture_status(&stream);
+    // SAFETY: checked non-null; the caller provides a CUstreamCaptureStatus to write.
+    unsafe { write_out(status, s)? };
+    let Some(capture) = capture else {
+        return Ok(());
+    };
+    // SAFETY (each write below): non-null, and the caller provides the pointed-to type.
+    if !id.is_null() {
+        // SAFETY: see above.
+        unsafe { write_out(id, capture.id)? };
+    }
+    if !graph.is_null() {
+        // SAFETY: see above.
+        unsafe { write_out(graph, capture.graph_handle)? };
+    }
+    if !deps.is_null() {
+        // SAFETY: see above.
+        unsafe { write_out(deps, std::ptr::null())? };
+    }
+    if !edges.is_null() {
+        // SAFETY: see above.
+        unsafe { write_out(edges, std::ptr::null())? };
+    }
+    if !num_deps.is_null() {
+        // SAFETY: see above.
+        unsafe { write_out(num_deps, 0)? };
+    }
+    Ok(())
+}
+
+fn instantiate(out: *mut CUgraphExec, graph: CUgraph) -> DriverResult {
+    crate::init::process()?;
+    if out.is_null() {
+        return Err(code::INVALID_VALUE);
+    }
+    let graph = GRAPHS.get(graph).ok_or(code::INVALID_VALUE)?;
+    let nodes = graph.nodes().clone();
+    let handle = EXECS.insert(Arc::new(GraphExec { nodes }));
+    // SAFETY: checked non-null; the caller provides a CUgraphExec to write.
+    unsafe { write_out(out, handle) }
+}
+
+fn launch(exec: CUgraphExec, handle: CUstream, per_thread: bool) -> DriverResult {
+    crate::init::process()?;
+    let exec = EXECS.get(exec).ok_or(code::INVALID_VALUE)?;
+    let stream = stream::resolve(handle, per_thread)?;
+    stream.ctx.check_sticky()?;
+    for node in &exec.nodes {
+        stream::submit_node(&stream, node.clone())?;
+    }
+    Ok(())
+}
+
+fn upload(exec: CUgraphExec, handle: CUstream, per_thread: bool) -> DriverResult {
+    crate::init::process()?;
+    EXECS.get(exec).ok_or(code::INVALID_VALUE)?;
+    stream::resolve(handle, per_thread).map(drop)
+}
+
+/// `CUDA_GRAPH_INSTANTIATE_PARAMS`.
+#[repr(C)]
+pub struct InstantiateParams {
+    flags: u64,
+    upload_stream: CUstream,
+    error_node: *mut c_void,
+    result: u32,
+}
+
+fn instantiate_with_params(
+    out: *mut CUgraphExec,
+    graph: CUgraph,
+    params: *mut InstantiateParams,
+) -> DriverResult {
+    if params.is_null() {
+        return Err(code::INVALID_VALUE);
+    }
+    instantiate(out, graph)?;
+    // SAFETY: non-null; the caller provides the parameter block for reading and writing.
+    unsafe {
+        (*params).error_node = std::ptr::null_mut();
+        (*params).result = 0;
+    }
+    Ok(())
+}
+
+cuda_entry! {
+    fn cuStreamBeginCapture(stream: CUstream) {
+        begin(stream, 0, false)
+    }
+
+    fn cuStreamBeginCapture_ptsz(stream: CUstream) {
+        begin(stream, 0, true)
+    }
+
+    fn cuStreamBeginCapture_v2(stream: CUstream, mode: u32) {
+        begin(stream, mode, false)
+    }
+
+    fn cuStreamBeginCapture_v2_ptsz(stream: CUstream, mode: u32) {
+        begin(stream, mode, true)
+    }
+
+    fn cuStreamEndCapture(stream: CUstream, graph: *mut CUgraph) {
+        end(stream, graph, false)
+    }
+
+    fn cuStreamEndCapture_ptsz(stream: CUstream, graph: *mut CUgraph) {
+        end(stream, graph, true)
+    }
+
+    fn cuStreamIsCapturing(stream: CUstream, status: *mut u32) {
+        is_capturing(stream, status, false)
+    }
+
+    fn cuStreamIsCapturing_ptsz(stream: CUstream, status: *mut u32) {
+        is_capturing(stream, status, true)
+    }
+
+    fn cuStreamGetCaptureInfo(stream: CUstream, status: *mut u32, id: *mut u64) {
+        let null = std::ptr::null_mut();
+        capture_info(stream, false, status, id, null, null.cast(), null.cast(), null.cast())
+    }
+
+    fn cuStreamGetCaptureInfo_ptsz(stream: CUstream, status: *mut u32, id: *mut u64) {
+        let null = std::ptr::null_mut();
+        capture_info(stream, true, status, id, null, null.cast(), null.cast(), null.cast())
+    }
+
+    fn cuStreamGetCaptureInfo_v2(
+        stream: CUstream,
+        status: *mut u32,
+        id: *mut u64,
+        graph: *mut CUgraph,
+        deps: *mut *const c_void,
+        num_deps: *mut usize,
+    ) {
+        capture_info(stream, false, status, id, graph, deps, std::ptr::null_mut(), num_deps)
+    }
+
+    fn cuStreamGetCaptureInfo_v2_ptsz(
+        stream: CUstream,
+        status: *mut u32,
+        id: *mut u64,
+        graph: *mut CUgraph,
+        deps: *mut *const c_void,
+        num_deps: *mut usize,
+    ) {
+        capture_info(stream, true, status, id, graph, deps, std::ptr::null_mut(), num_deps)
+    }
+
+    fn cuStreamGetCaptureInfo_v3(
+        stream: CUstream,
+        status: *mut u32,
+        id: *mut u64,
+        graph: *mut CUgraph,
+        deps: *mut *const c_void,
+        edges: *mut *const c_void,
+        num_deps: *mut usize,
+    ) {
+        capture_info(stream, false, status, id, graph, deps, edges, num_deps)
+    }
+
+    fn cuStreamGetCaptureInfo_v3_ptsz(
+        stream: CUstream,
+        status: *mut u32,
+        id: *mut u64,
+        graph: *mut CUgraph,
+        deps: *mut *const c_void,
+        edges: *mut *const c_void,
+        num_deps: *mut usize,
+    ) {
+        capture_info(stream, true, status, id, graph, deps, edges, num_deps)
+    }
+
+    fn cuThreadExchangeStreamCaptureMode(mode: *mut u32) {
+        crate::init::process()?;
+        if mode.is_null() {
+            return Err(code::INVALID_VALUE);
+        }
+        // SAFETY: non-null; the caller provides a CUstreamCaptureMode to read and write.
+        let wanted = unsafe { mode.read() };
+        if wanted > CAPTURE_MODE_RELAXED {
+            return Err(code::INVALID_VALUE);
+        }
+        let previous = THREAD_CAPTURE_MODE.with(|m| m.replace(wanted));
+        // SAFETY: as above.
+        unsafe { write_out(mode, previous) }
+    }
+
+    fn cuGraphCreate(out: *mut CUgraph, flags: u32) {
+        crate::init::process()?;
+        if out.is_null() || flags != 0 {
+            return Err(code::INVALID_VALUE);
+        }
+        let handle = GRAPHS.insert(Arc::new(Graph { nodes: Mutex::new(Vec::new()) }));
+        // SAFETY: checked non-null; the caller provides a CUgraph to write.
+        unsafe { write_out(out, handle) }
+    }
+
+    fn cuGraphDestroy(graph: CUgraph) {
+        crate::init::process()?;
+        GRAPHS.remove(graph).map(drop).ok_or(code::INVALID_VALUE)
+    }
+
+    /// The pre-12.0 form: error node and log are left empty, there being no errors to
+    /// report.
+    fn cuGraphInstantiate(
+        out: *mut CUgraphExec,
+        graph: CUgraph,
+        _error_node: *mut *mut c_void,
+        _log: *mut std::ffi::c_char,
+        _log_size: usize,
+    ) {
+        instantiate(out, graph)
+    }
+
+    fn cuGraphInstantiate_v2(
+        out: *mut CUgraphExec,
+        graph: CUgraph,
+        _error_node: *mut *mut c_void,
+        _log: *mut std::ffi::c_char,
+        _log_size: usize,
+    ) {
+        instantiate(out, graph)
+    }
+
+    fn cuGraphInstantiateWithFlags(out: *mut CUgraphExec, graph: CUgraph, _flags: u64) {
+        instantiate(out, graph)
+    }
+
+    fn cuGraphInstantiateWithParams(out: *mut CUgraphExec, graph: CUgraph, params: *mut InstantiateParams) {
+        instantiate_with_params(out, graph, params)
+    }
+
+    fn cuGraphInstantiateWithParams_ptsz(
+        out: *mut CUgraphExec,
+        graph: CUgraph,
+        params: *mut InstantiateParams,
+    ) {
+        instantiate_with_params(out, graph, params)
+    }
+
+    fn cuGraphExecDestroy(exec: CUgraphExec) {
+        crate::init::process()?;
+        EXECS.remove(exec).map(drop).ok_or(code::INVALID_VALUE)
+    }
+
+    fn cuGraphLaunch(exec: CUgraphExec, stream: CUstream) {
+        launch(exec, stream, false)
+    }
+
+    fn cuGraphLaunch_ptsz(exec: CUgraphExec, stream: CUstream) {
+        launch(exec, stream, true)
+    }
+
+    fn cuGraphUpload(exec: CUgraphExec, stream: CUstream) {
+        upload(exec, stream, false)
+    }
+
+    fn cuGraphUpload_ptsz(exec: CUgraphExec, stream: CUstream) {
+        upload(exec, stream, true)
+    }
+}

@@ -1,0 +1,622 @@
+//! Modules, libraries and their kernels. Modules are PTX text: simgpu reads each kernel's
+//! parameter layout from its `.entry` declaration, as a driver does, and simulates the
+//! kernels it knows by name (see [`Behaviour`]).
+
+pub(crate) mod image;
+pub(crate) mod ptx;
+
+use crate::context::{self, Context};
+use crate::exec::registry::Registry;
+use crate::ffi::{code, write_out, CUdevice, CUfunction, CUmodule, CUresult, DriverResult};
+use crate::init;
+use ptx::{Entry, Param, Ptx};
+use std::ffi::{c_char, c_void, CStr, CString};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+
+/// A library handle.
+pub type CUlibrary = *mut c_void;
+/// A context-independent kernel handle; here it is also a valid `CUfunction`, as the driver
+/// allows passing one where a function is expected.
+pub type CUkernel = *mut c_void;
+
+/// What a kernel does when it runs here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Behaviour {
+    /// `tessera_spin(.u64 ns)`: busy for `ns`.
+    Spin,
+    /// `tessera_fill_u32(.u64 ptr, .u64 count, .u32 value)`: writes `count` words.
+    FillU32,
+    /// Any other kernel: the node's default kernel time, no effect on memory.
+    Default,
+}
+
+impl Behaviour {
+    fn of(entry: &Entry) -> Behaviour {
+        let sizes: Vec<usize> = entry.params.iter().map(|p| p.size).collect();
+        match (entry.name.as_str(), sizes.as_slice()) {
+            ("tessera_spin", [8]) => Behaviour::Spin,
+            ("tessera_fill_u32", [8, 8, 4]) => Behaviour::FillU32,
+            _ => Behaviour::Default,
+        }
+    }
+}
+
+/// `CUfunction_attribute` values.
+mod attr {
+    pub const MAX_THREADS_PER_BLOCK: i32 = 0;
+    pub const SHARED_SIZE_BYTES: i32 = 1;
+    pub const CONST_SIZE_BYTES: i32 = 2;
+    pub const LOCAL_SIZE_BYTES: i32 = 3;
+    pub const NUM_REGS: i32 = 4;
+    pub const PTX_VERSION: i32 = 5;
+    pub const BINARY_VERSION: i32 = 6;
+    pub const CACHE_MODE_CA: i32 = 7;
+    pub const MAX_DYNAMIC_SHARED_SIZE_BYTES: i32 = 8;
+    pub const PREFERRED_SHARED_MEMORY_CARVEOUT: i32 = 9;
+    /// Attributes 10..=15 are the cluster ones.
+    pub const FIRST_CLUSTER: i32 = 10;
+    pub const LAST: i32 = 15;
+}
+
+/// Static shared memory a kernel may use without opting in.
+const DEFAULT_SHARED_BYTES: u64 = 48 << 10;
+/// Registers per thread reported for kernels that do not bound them.
+const DEFAULT_REGISTERS: i32 = 32;
+
+/// The most dynamic shared memory per block a kernel may opt in to, by compute capability.
+pub(crate) fn shared_optin_limit(cc: (u32, u32)) -> u64 {
+    match cc {
+        (7, 0) | (7, 2) => 96 << 10,
+        (7, 5) => 64 << 10,
+        (8, 0) | (8, 7) => 163 << 10,
+        (8, _) => 99 << 10,
+        (9, _) | (10, _) => 227 << 10,
+        _ => DEFAULT_SHARED_BYTES,
+    }
+}
+
+/// A kernel of a loaded module.
+pub(crate) struct Function {
+    /// Its name.
+    pub name: CString,
+    /// Its parameters' places in the argument buffer.
+    pub params: Vec<Param>,
+    /// The argument buffer's size.
+    pub params_size: usize,
+    /// What it does here.
+    pub behaviour: Behaviour,
+    /// The most threads per block it may be launched with.
+    pub max_threads: u32,
+    static_shared: u64,
+    registers: i32,
+    ptx_version: i32,
+    /// The device whose properties it reports.
+    device: usize,
+    module: Weak<Module>,
+    attrs: Mutex<FunctionAttrs>,
+}
+
+struct FunctionAttrs {
+    max_dynamic_shared: i32,
+    carveout: i32,
+    cluster: [i32; 6],
+    cache_config: u32,
+}
+
+impl Function {
+    fn attrs(&self) -> MutexGuard<'_, FunctionAttrs> {
+        self.attrs.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn compute_capability(&self) -> (u32, u32) {
+        init::devices()
+            .ok()
+            .and_then(|d| d.get(self.device))
+            .map_or((8, 0), |d| d.compute_capability)
+    }
+
+    /// The dynamic shared memory a launch may ask for.
+    pub(crate) fn max_dynamic_shared(&self) -> u64 {
+        self.attrs().max_dynamic_shared as u64
+    }
+
+    fn attribute(&self, which: i32) -> Result<i32, CUresult> {
+        let a = self.attrs();
+        Ok(match which {
+            attr::MAX_THREADS_PER_BLOCK => self.max_threads as i32,
+            attr::SHARED_SIZE_BYTES => self.static_shared as i32,
+            attr::CONST_SIZE_BYTES | attr::LOCAL_SIZE_BYTES | attr::CACHE_MODE_CA => 0,
+            attr::NUM_REGS => self.registers,
+            attr::PTX_VERSION => self.ptx_version,
+            attr::BINARY_VERSION => {
+                let (major, minor) = self.compute_capability();
+                (major * 10 + minor) as i32
+            }
+            attr::MAX_DYNAMIC_SHARED_SIZE_BYTES => a.max_dynamic_shared,
+            attr::PREFERRED_SHARED_MEMORY_CARVEOUT => a.carveout,
+            attr::FIRST_CLUSTER..=attr::LAST => a.cluster[(which - attr::FIRST_CLUSTER) as usize],
+            _ => return Err(code::INVALID_VALUE),
+        })
+    }
+
+    fn set_attribute(&self, which: i32, value: i32) -> DriverResult {
+        let limit =
+            shared_optin_limit(self.compute_capability()).saturating_sub(self.static_shared);
+        let mut a = self.attrs();
+        match which {
+            attr::MAX_DYNAMIC_SHARED_SIZE_BYTES if (0..=limit as i64).contains(&(value as i64)) => {
+                a.max_dynamic_shared = value
+            }
+            attr::PREFERRED_SHARED_MEMORY_CARVEOUT if (-1..=100).contains(&value) => {
+                a.carveout = value
+            }
+            attr::FIRST_CLUSTER..=attr::LAST if value >= 0 => {
+                a.cluster[(which - attr::FIRST_CLUSTER) as usize] = value
+            }
+            _ => return Err(code::INVALID_VALUE),
+        }
+        Ok(())
+    }
+}
+
+/// A module-scope variable.
+struct Global {
+    name: String,
+    size: u64,
+    /// Its device memory, when the module has some for it.
+    address: Option<u64>,
+}
+
+/// A loaded module.
+pub(crate) struct Module {
+    /// The context it was loaded in; None for a library's module.
+    ctx: Option<u64>,
+    functions: Vec<Arc<Function>>,
+    globals: Vec<Global>,
+    /// The library it belongs to, if it was loaded as one.
+    library: OnceLock<usize>,
+}
+
+impl Module {
+    fn function(&self, name: &CStr) -> Result<&Arc<Function>, CUresult> {
+        self.functions
+            .iter()
+            .find(|f| f.name.as_c_str() == name)
+            .ok_or(code::NOT_FOUND)
+    }
+
+    fn global(&self, name: &CStr, dptr: *mut u64, bytes: *mut usize) -> DriverResult {
+        let name = name.to_str().map_err(|_| code::NOT_FOUND)?;
+        let g = self.globals.iter().find(|g| g.name == name);
+        // Variables are known by name, but device memory for them is not provided yet.
+        let (address, size) = g
+            .and_then(|g| Some((g.address?, g.size)))
+            .ok_or(code::NOT_FOUND)?;
+        if !dptr.is_null() {
+            // SAFETY: non-null; the caller provides a CUdeviceptr to write.
+            unsafe { write_out(dptr, address)? };
+        }
+        if !bytes.is_null() {
+            // SAFETY: non-null; the caller provides a size_t to write.
+            unsafe { write_out(bytes, size as usize)? };
+        }
+        Ok(())
+    }
+}
+
+impl Function {
+    fn new(entry: &Entry, module: Weak<Module>, device: usize, ptx_version: i32) -> Function {
+        Function {
+            name: CString::new(entry.name.as_str()).unwrap_or_default(),
+            params: entry.params.clone(),
+            params_size: entry.params_size(),
+            behaviour: Behaviour::of(entry),
+            max_threads: entry.max_threads.unwrap_or(1024).clamp(1, 1024),
+            static_shared: entry.shared_bytes,
+            registers: entry.max_registers.map_or(DEFAULT_REGISTERS, |r| r as i32),
+            ptx_version,
+            device,
+            module,
+            attrs: Mutex::new(FunctionAttrs {
+                max_dynamic_shared: DEFAULT_SHARED_BYTES.saturating_sub(entry.shared_bytes) as i32,
+                carveout: -1,
+                cluster: [0; 6],
+                cache_config: 0,
+            }),
+        }
+    }
+
+    fn module_handle(&self) -> CUmodule {
+        self.module.as_ptr() as CUmodule
+    }
+
+    fn library_handle(&self) -> Option<CUlibrary> {
+        let module = self.module.upgrade()?;
+        module.library.get().map(|l| *l as CUlibrary)
+    }
+}
+
+/// A loaded library: a context-independent module.
+struct Library {
+    module: Arc<Module>,
+}
+
+static MODULES: Registry<Module> = Registry::new();
+static FUNCTIONS: Registry<Function> = Registry::new();
+static LIBRARIES: Registry<Library> = Registry::new();
+
+/// The live function (or kernel) behind a handle.
+pub(crate) fn function(handle: CUfunction) -> Result<Arc<Function>, CUresult> {
+    init::process()?;
+    FUNCTIONS.get(handle).ok_or(code::INVALID_HANDLE)
+}
+
+fn module(handle: CUmodule) -> Result<Arc<Module>, CUresult> {
+    init::process()?;
+    MODULES.get(handle).ok_or(code::INVALID_HANDLE)
+}
+
+fn library(handle: CUlibrary) -> Result<Arc<Library>, CUresult> {
+    init::process()?;
+    LIBRARIES.get(handle).ok_or(code::INVALID_HANDLE)
+}
+
+fn name_arg<'a>(name: *const c_char) -> Result<&'a CStr, CUresult> {
+    if name.is_null() {
+        return Err(code::INVALID_VALUE);
+    }
+    // SAFETY: non-null; the caller passes a NUL-terminated name.
+    Ok(unsafe { CStr::from_ptr(name) })
+}
+
+/// Builds a module from PTX text and registers it with its functions. `ctx` owns it (None
+/// for a library's); `device` is the one whose properties its kernels report.
+fn load(text: &str, ctx: Option<u64>, device: usize) -> Result<Arc<Module>, CUresult> {
+    let parsed: Ptx = ptx::parse(text).map_err(|_| code::INVALID_PTX)?;
+    let ptx_version = (parsed.version.0 * 10 + parsed.version.1) as i32;
+    let module = Arc::new_cyclic(|me: &Weak<Module>| Module {
+        ctx,
+        functions: parsed
+            .entries
+            .iter()
+            .map(|e| Arc::new(Function::new(e, me.clone(), device, ptx_version)))
+            .collect(),
+        globals: parsed
+            .globals
+            .iter()
+            .map(|g| Global {
+                name: g.name.clone(),
+                size: g.size,
+                address: None,
+            })
+            .collect(),
+        library: OnceLock::new(),
+    });
+    for f in &module.functions {
+        FUNCTIONS.insert(Arc::clone(f));
+    }
+    MODULES.insert(Arc::clone(&module));
+    Ok(module)
+}
+
+/// Unregisters a module and its functions.
+fn unload(module: &Module) {
+    for f in &module.functions {
+        FUNCTIONS.remove(Registry::handle_of(f));
+    }
+}
+
+/// Unloads the modules of a destroyed context.
+pub(crate) fn forget_context(ctx: &Context) {
+    for m in MODULES.remove_where(|m| m.ctx == Some(ctx.id)) {
+        unload(&m);
+    }
+}
+
+fn load_module(
+    out: *mut CUmodule,
+    text: impl FnOnce() -> Result<String, CUresult>,
+) -> DriverResult {
+    let ctx = context::current()?;
+    if out.is_null() {
+        return Err(code::INVALID_VALUE);
+    }
+    let module = load(&text()?, Some(ctx.id), ctx.device)?;
+    // SAFETY: checked non-null; the caller provides a CUmodule to write.
+    unsafe { write_out(out, Registry::handle_of(&module)) }
+}
+
+fn read_file(path: *const c_char) -> Result<Vec<u8>, CUresult> {
+    let path = name_arg(path)?;
+    let path = std::path::Path::new(
+        <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(path.to_bytes()),
+    );
+    std::fs::read(path).map_err(|_| code::FILE_NOT_FOUND)
+}
+
+fn load_library(
+    out: *mut CUlibrary,
+    text: impl FnOnce() -> Result<String, CUresult>,
+) -> DriverResult {
+    init::process()?;
+    if out.is_null() {
+        return Err(code::INVALID_VALUE);
+    }
+    // A library belongs to no context; it reports the current device's properties, if any.
+    let device = context::current().map_or(0, |c| c.device);
+    let module = load(&text()?, None, device)?;
+    let library = Arc::new(Library {
+        module: Arc::clone(&module),
+    });
+    let handle = LIBRARIES.insert(library);
+    let _ = module.library.set(handle as usize);
+    // SAFETY: checked non-null; the caller provides a CUlibrary to write.
+    unsafe { write_out(out, handle) }
+}
+
+fn param_info(f: CUfunction, index: usize, offset: *mut usize, size: *mut usize) -> DriverResult {
+    let f = function(f)?;
+    let p = f.params.get(index).ok_or(code::INVALID_VALUE)?;
+    if !offset.is_null() {
+        // SAFETY: non-null; the caller provides a size_t to write.
+        unsafe { write_out(offset, p.offset)? };
+    }
+    if !size.is_null() {
+        // SAFETY: non-null; the caller provides a size_t to write.
+        unsafe { write_out(size, p.size)? };
+    }
+    Ok(())
+}
+
+fn write_name(out: *mut *const c_char, f: CUfunction) -> DriverResult {
+    let f = function(f)?;
+    // The name lives as long as the function; the program reads it before unloading.
+    // SAFETY: write_out checks null; the caller provides a const char * to write.
+    unsafe { write_out(out, f.name.as_ptr()) }
+}
+
+/// Writes up to `n` handles of a module's functions.
+fn enumerate(out: *mut CUfunction, n: u32, module: &Module) -> DriverResult {
+    if out.is_null() || (n as usize) < module.functions.len() {
+        return Err(code::INVALID_VALUE);
+    }
+    for (i, f) in module.functions.iter().enumerate() {
+        // SAFETY: the caller provides room for `n` handles, and i < len <= n.
+        unsafe { out.add(i).write(Registry::handle_of(f)) };
+    }
+    Ok(())
+}
+
+/// `CU_FUNCTION_LOADING_STATE_LOADED`.
+const LOADED: u32 = 1;
+/// `CU_MODULE_EAGER_LOADING`: every kernel is ready when its module loads.
+const EAGER_LOADING: u32 = 1;
+
+cuda_entry! {
+    fn cuModuleLoadData(out: *mut CUmodule, image: *const c_void) {
+        // SAFETY: the caller passes an image as the driver API defines it.
+        load_module(out, || unsafe { image::ptx_from_image(image) })
+    }
+
+    /// JIT options are accepted and ignored: there is nothing to compile.
+    fn cuModuleLoadDataEx(
+        out: *mut CUmodule,
+        image: *const c_void,
+        _num_options: u32,
+        _options: *mut i32,
+        _values: *mut *mut c_void,
+    ) {
+        // SAFETY: the caller passes an image as the driver API defines it.
+        load_module(out, || unsafe { image::ptx_from_image(image) })
+    }
+
+    fn cuModuleLoadFatBinary(out: *mut CUmodule, fat: *const c_void) {
+        // SAFETY: the caller passes a fat binary (or any image the driver accepts).
+        load_module(out, || unsafe { image::ptx_from_image(fat) })
+    }
+
+    fn cuModuleLoad(out: *mut CUmodule, path: *const c_char) {
+        load_module(out, || image::ptx_from_file_bytes(&read_file(path)?))
+    }
+
+    fn cuModuleUnload(handle: CUmodule) {
+        init::process()?;
+        let m = MODULES.remove(handle).ok_or(code::INVALID_HANDLE)?;
+        unload(&m);
+        Ok(())
+    }
+
+    fn cuModuleGetFunction(out: *mut CUfunction, handle: CUmodule, name: *const c_char) {
+        let m = module(handle)?;
+        if out.is_null() {
+            return Err(code::INVALID_VALUE);
+        }
+        let f = m.function(name_arg(name)?)?;
+        // SAFETY: checked non-null; the caller provides a CUfunction to write.
+        unsafe { write_out(out, Registry::handle_of(f)) }
+    }
+
+    fn cuModuleGetFunctionCount(count: *mut u32, handle: CUmodule) {
+        let m = module(handle)?;
+        // SAFETY: write_out checks null; the caller provides an unsigned int to write.
+        unsafe { write_out(count, m.functions.len() as u32) }
+    }
+
+    fn cuModuleEnumerateFunctions(out: *mut CUfunction, n: u32, handle: CUmodule) {
+        let m = module(handle)?;
+        enumerate(out, n, &m)
+    }
+
+    fn cuModuleGetGlobal_v2(dptr: *mut u64, bytes: *mut usize, handle: CUmodule, name: *const c_char) {
+        module(handle)?.global(name_arg(name)?, dptr, bytes)
+    }
+
+    fn cuModuleGetLoadingMode(mode: *mut u32) {
+        init::process()?;
+        // SAFETY: write_out checks null; the caller provides a CUmoduleLoadingMode to write.
+        unsafe { write_out(mode, EAGER_LOADING) }
+    }
+
+    fn cuFuncGetAttribute(value: *mut i32, which: i32, f: CUfunction) {
+        let f = function(f)?;
+        let v = f.attribute(which)?;
+        // SAFETY: write_out checks null; the caller provides an int to write.
+        unsafe { write_out(value, v) }
+    }
+
+    fn cuFuncSetAttribute(f: CUfunction, which: i32, value: i32) {
+        function(f)?.set_attribute(which, value)
+    }
+
+    fn cuFuncSetCacheConfig(f: CUfunction, config: u32) {
+        let f = function(f)?;
+        if config > 3 {
+            return Err(code::INVALID_VALUE);
+        }
+        f.attrs().cache_config = config;
+        Ok(())
+    }
+
+    fn cuFuncSetSharedMemConfig(f: CUfunction, config: u32) {
+        function(f)?;
+        if config > 2 {
+            return Err(code::INVALID_VALUE);
+        }
+        Ok(())
+    }
+
+    fn cuFuncGetName(name: *mut *const c_char, f: CUfunction) {
+        write_name(name, f)
+    }
+
+    fn cuFuncGetModule(out: *mut CUmodule, f: CUfunction) {
+        let f = function(f)?;
+        // SAFETY: write_out checks null; the caller provides a CUmodule to write.
+        unsafe { write_out(out, f.module_handle()) }
+    }
+
+    fn cuFuncGetParamInfo(f: CUfunction, index: usize, offset: *mut usize, size: *mut usize) {
+        param_info(f, index, offset, size)
+    }
+
+    fn cuFuncIsLoaded(state: *mut u32, f: CUfunction) {
+        function(f)?;
+        // SAFETY: write_out checks null; the caller provides a CUfunctionLoadingState to write.
+        unsafe { write_out(state, LOADED) }
+    }
+
+    fn cuFuncLoad(f: CUfunction) {
+        function(f).map(drop)
+    }
+
+    /// JIT and library options are accepted and ignored.
+    fn cuLibraryLoadData(
+        out: *mut CUlibrary,
+        code_: *const c_void,
+        _jit_options: *mut i32,
+        _jit_values: *mut *mut c_void,
+        _num_jit: u32,
+        _lib_options: *mut i32,
+        _lib_values: *mut *mut c_void,
+        _num_lib: u32,
+    ) {
+        // SAFETY: the caller passes an image as the driver API defines it.
+        load_library(out, || unsafe { image::ptx_from_image(code_) })
+    }
+
+    fn cuLibraryLoadFromFile(
+        out: *mut CUlibrary,
+        path: *const c_char,
+        _jit_options: *mut i32,
+        _jit_values: *mut *mut c_void,
+        _num_jit: u32,
+        _lib_options: *mut i32,
+        _lib_values: *mut *mut c_void,
+        _num_lib: u32,
+    ) {
+        load_library(out, || image::ptx_from_file_bytes(&read_file(path)?))
+    }
+
+    fn cuLibraryUnload(handle: CUlibrary) {
+        init::process()?;
+        let lib = LIBRARIES.remove(handle).ok_or(code::INVALID_HANDLE)?;
+        MODULES.remove(Registry::handle_of(&lib.module));
+        unload(&lib.module);
+        Ok(())
+    }
+
+    fn cuLibraryGetKernel(out: *mut CUkernel, handle: CUlibrary, name: *const c_char) {
+        let lib = library(handle)?;
+        if out.is_null() {
+            return Err(code::INVALID_VALUE);
+        }
+        let f = lib.module.function(name_arg(name)?)?;
+        // SAFETY: checked non-null; the caller provides a CUkernel to write.
+        unsafe { write_out(out, Registry::handle_of(f)) }
+    }
+
+    fn cuLibraryGetKernelCount(count: *mut u32, handle: CUlibrary) {
+        let lib = library(handle)?;
+        // SAFETY: write_out checks null; the caller provides an unsigned int to write.
+        unsafe { write_out(count, lib.module.functions.len() as u32) }
+    }
+
+    fn cuLibraryEnumerateKernels(out: *mut CUkernel, n: u32, handle: CUlibrary) {
+        enumerate(out, n, &library(handle)?.module)
+    }
+
+    fn cuLibraryGetModule(out: *mut CUmodule, handle: CUlibrary) {
+        let lib = library(handle)?;
+        // SAFETY: write_out checks null; the caller provides a CUmodule to write.
+        unsafe { write_out(out, Registry::handle_of(&lib.module)) }
+    }
+
+    fn cuLibraryGetGlobal(dptr: *mut u64, bytes: *mut usize, handle: CUlibrary, name: *const c_char) {
+        library(handle)?.module.global(name_arg(name)?, dptr, bytes)
+    }
+
+    /// A kernel is its own function in every context.
+    fn cuKernelGetFunction(out: *mut CUfunction, kernel: CUkernel) {
+        function(kernel)?;
+        context::current()?;
+        // SAFETY: write_out checks null; the caller provides a CUfunction to write.
+        unsafe { write_out(out, kernel) }
+    }
+
+    fn cuKernelGetLibrary(out: *mut CUlibrary, kernel: CUkernel) {
+        let f = function(kernel)?;
+        let lib = f.library_handle().ok_or(code::INVALID_HANDLE)?;
+        // SAFETY: write_out checks null; the caller provides a CUlibrary to write.
+        unsafe { write_out(out, lib) }
+    }
+
+    fn cuKernelGetName(name: *mut *const c_char, kernel: CUkernel) {
+        write_name(name, kernel)
+    }
+
+    fn cuKernelGetParamInfo(kernel: CUkernel, index: usize, offset: *mut usize, size: *mut usize) {
+        param_info(kernel, index, offset, size)
+    }
+
+    fn cuKernelGetAttribute(value: *mut i32, which: i32, kernel: CUkernel, dev: CUdevice) {
+        init::check_device(dev)?;
+        let v = function(kernel)?.attribute(which)?;
+        // SAFETY: write_out checks null; the caller provides an int to write.
+        unsafe { write_out(value, v) }
+    }
+
+    fn cuKernelSetAttribute(which: i32, value: i32, kernel: CUkernel, dev: CUdevice) {
+        init::check_device(dev)?;
+        function(kernel)?.set_attribute(which, value)
+    }
+
+    fn cuKernelSetCacheConfig(kernel: CUkernel, config: u32, dev: CUdevice) {
+        init::check_device(dev)?;
+        let f = function(kernel)?;
+        if config > 3 {
+            return Err(code::INVALID_VALUE);
+        }
+        f.attrs().cache_config = config;
+        Ok(())
+    }
+}
