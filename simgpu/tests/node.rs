@@ -83,6 +83,22 @@ fn child_main() {
             let mine = snap.processes.iter().find(|p| p.pid == pid).unwrap();
             println!("busy {}", mine.devices[0].busy_ns);
         }
+        "fork-and-exit" => {
+            me.reserve_memory(0, 256 << 20).unwrap();
+            // SAFETY: the grandchild makes only async-signal-safe calls (dup3, open, close,
+            // sleep, _exit) before it ends.
+            let pid = unsafe { libc::fork() };
+            if pid == 0 {
+                node.release_after_fork();
+                // SAFETY: async-signal-safe, as above.
+                unsafe {
+                    libc::sleep(30);
+                    libc::_exit(0);
+                }
+            }
+            println!("grandchild {pid}");
+            std::process::exit(0);
+        }
         other => panic!("unknown child {other}"),
     }
 }
@@ -122,6 +138,29 @@ fn a_killed_process_gives_its_memory_back() {
     assert_eq!(node.reap(), 1);
     assert_eq!(node.memory_used(0), 0);
     assert!(node.snapshot().processes.is_empty());
+    let _ = std::fs::remove_file(path);
+}
+
+#[test]
+fn a_forked_child_does_not_keep_a_dead_parent_alive() {
+    let path = temp_state("fork");
+    let node = small_node(&path);
+    let mut c = child(&path, "fork-and-exit");
+    let grandchild: i32 = c.wait_for("grandchild").parse().unwrap();
+    assert!(c.child.wait().unwrap().success());
+    // The grandchild still runs, holding a copy of the parent's descriptor; once it has
+    // let go of it (it may not have run yet), the dead parent's slot is reaped.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while node.reap() == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the dead parent's slot was never reaped"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(node.memory_used(0), 0);
+    // SAFETY: plain kill of the grandchild this test created.
+    unsafe { libc::kill(grandchild, libc::SIGKILL) };
     let _ = std::fs::remove_file(path);
 }
 

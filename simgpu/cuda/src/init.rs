@@ -32,6 +32,10 @@ static FORKED: AtomicBool = AtomicBool::new(false);
 extern "C" fn forked_child() {
     // Relaxed: the child has one thread, which runs this handler before anything else.
     FORKED.store(true, Ordering::Relaxed);
+    // The parent's slot must die with the parent, not live on through the child.
+    if let Some(Ok(d)) = DRIVER.get() {
+        d.process.node().release_after_fork();
+    }
 }
 
 fn init_error(e: &NodeError) -> CUresult {

@@ -29,7 +29,8 @@ pub(super) enum Want<'a> {
 /// The state file, mapped shared.
 pub(super) struct Mapping {
     state: NonNull<NodeState>,
-    /// Kept open: its open file description owns this process's OFD locks.
+    /// Kept open: its open file description owns this process's OFD locks (and only this
+    /// descriptor refers to it; the mapping has a description of its own).
     pub file: File,
     pub path: PathBuf,
 }
@@ -126,6 +127,15 @@ fn open_locked(path: &Path, file: File, want: Want<'_>) -> Result<Mapping, NodeE
 
 fn map(path: &Path, file: File) -> Result<Mapping, NodeError> {
     use std::os::fd::AsRawFd;
+    // A mapping keeps a reference to the open file description it was made from, and OFD
+    // locks last as long as their description does. Mapping through `file` would let a
+    // forked child, which inherits the mapping, keep this process's slot lock alive after
+    // this process dies; so the mapping gets a description of its own, which holds no lock.
+    let for_map = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(format!("/proc/self/fd/{}", file.as_raw_fd()))
+        .map_err(io(path))?;
     // SAFETY: maps the whole file (sized STATE_SIZE by the caller's check) shared and
     // read-write; the result is checked below.
     let ptr = unsafe {
@@ -134,7 +144,7 @@ fn map(path: &Path, file: File) -> Result<Mapping, NodeError> {
             STATE_SIZE,
             libc::PROT_READ | libc::PROT_WRITE,
             libc::MAP_SHARED,
-            file.as_raw_fd(),
+            for_map.as_raw_fd(),
             0,
         )
     };

@@ -415,6 +415,26 @@ impl Node {
         Err(NodeError::Full(MAX_PROCESSES))
     }
 
+    /// Lets go of this process's hold on its slot in a child created by `fork`, from a
+    /// `pthread_atfork` child handler. The child shares the parent's open file description,
+    /// and with it the OFD lock that keeps the parent's slot alive; pointing the child's
+    /// descriptor at `/dev/null` drops the child's reference, so the slot dies with the
+    /// parent. The child keeps the mapping but must not attach or reap through this node.
+    /// Only async-signal-safe calls are made.
+    pub fn release_after_fork(&self) {
+        use std::os::fd::AsRawFd;
+        // SAFETY: open and dup2 are async-signal-safe; the path is a NUL-terminated literal;
+        // dup2 atomically replaces the descriptor the node owns, which stays open (now on
+        // /dev/null), so the File never closes a descriptor that is not its own.
+        unsafe {
+            let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC);
+            if null >= 0 {
+                libc::dup3(null, self.map.file.as_raw_fd(), libc::O_CLOEXEC);
+                libc::close(null);
+            }
+        }
+    }
+
     /// Whether the process in `slot` is alive (its lock byte is held by someone else).
     pub(crate) fn slot_alive(&self, slot: usize) -> bool {
         self.attached.load(Ordering::Relaxed) == slot

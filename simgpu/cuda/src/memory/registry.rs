@@ -57,7 +57,6 @@ pub(crate) struct Allocation {
     /// The context current when it was allocated, as the program's handle.
     pub context: usize,
     /// That context's id (0 if none), which outlives its handle.
-    #[allow(dead_code)] // read by `forget_context`
     pub context_id: u64,
     pub access: Access,
     /// A stream-ordered free is enqueued; no other free may be.
