@@ -36,8 +36,6 @@ pub struct Header {
     /// Set (Release) last during creation; readers check it (Acquire) before trusting the rest.
     pub ready: AtomicU32,
     pub _pad: u32,
-    /// Node clock of the last reap, so that frequent readers reap at most every 100 ms.
-    pub last_reap_ns: AtomicU64,
 }
 
 #[repr(C, align(64))]
@@ -91,5 +89,5 @@ pub struct NodeState {
 /// The size every node state file of this version has.
 pub const STATE_SIZE: usize = std::mem::size_of::<NodeState>();
 
-const _: () = assert!(std::mem::size_of::<Header>() == 72);
+const _: () = assert!(std::mem::size_of::<Header>() == 64);
 const _: () = assert!(std::mem::align_of::<NodeState>() == 64);

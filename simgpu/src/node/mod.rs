@@ -145,9 +145,6 @@ pub struct Node {
 #[error("out of device memory")]
 pub struct OutOfMemory;
 
-/// How often frequent readers (memory queries) reap dead processes, node-wide.
-const REAP_INTERVAL_NS: u64 = 100_000_000;
-
 impl Node {
     /// Opens the node of `SIMGPU_STATE`, creating it from `SIMGPU_DEVICES` and the tunables
     /// of the environment if it does not exist. When those variables are set and differ from
@@ -262,27 +259,12 @@ impl Node {
         }
     }
 
-    /// Memory in use on a device by all processes. Memory of processes that died is returned
-    /// first (checked at most every 100 ms across the node), as a real driver frees a dead
-    /// process's memory.
+    /// Memory in use on a device by all processes. Memory of processes that have ended is
+    /// returned first, as a real driver frees a process's memory when it ends.
     pub fn memory_used(&self, device: usize) -> u64 {
-        self.reap_if_due();
+        self.reap();
         // Relaxed: a momentary figure; no other memory is read on the strength of it.
         self.device_state(device).used.load(Ordering::Relaxed)
-    }
-
-    fn reap_if_due(&self) {
-        let last = &self.state().header.last_reap_ns;
-        let now = crate::clock::now_ns();
-        let seen = last.load(Ordering::Relaxed);
-        // Relaxed: the timestamp only rate-limits; whoever wins the exchange reaps.
-        if now.saturating_sub(seen) >= REAP_INTERVAL_NS
-            && last
-                .compare_exchange(seen, now, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
-        {
-            self.reap();
-        }
     }
 
     /// Returns the slots and memory of processes that died; how many it reaped.
