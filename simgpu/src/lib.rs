@@ -14,3 +14,10 @@ pub mod engine;
 mod futex;
 pub mod node;
 pub mod units;
+
+/// The CUDA version the simulated driver implements, as `cuDriverGetVersion` encodes it
+/// (1000 × major + 10 × minor): CUDA 12.8.
+pub const CUDA_DRIVER_VERSION: i32 = 12080;
+/// The kernel-mode driver release the node reports through NVML: the R570 branch, which
+/// ships CUDA 12.8.
+pub const DRIVER_RELEASE: &str = "570.124.06";

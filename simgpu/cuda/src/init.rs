@@ -14,8 +14,8 @@ use simgpu::node::{DeviceInfo, Node, NodeError, Process};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
-/// The driver version reported by `cuDriverGetVersion`: CUDA 12.8.
-pub(crate) const DRIVER_VERSION: i32 = 12080;
+/// The driver version reported by `cuDriverGetVersion`.
+pub(crate) const DRIVER_VERSION: i32 = simgpu::CUDA_DRIVER_VERSION;
 
 /// What a successful `cuInit` established.
 struct Driver {

@@ -4,11 +4,7 @@ use crate::ffi::{code, write_out, write_str, NvmlReturn};
 use crate::session;
 use std::ffi::{c_char, c_uint, CStr};
 
-/// The kernel-mode driver version the simulated node reports: the R570 branch, which ships
-/// CUDA 12.8, the version the simulated `libcuda.so.1` reports.
-pub const DRIVER_VERSION: &str = "570.124.06";
-/// The CUDA driver API version, as `cuDriverGetVersion` encodes it (1000 * major + 10 * minor).
-pub const CUDA_DRIVER_VERSION: i32 = 12080;
+pub use simgpu::{CUDA_DRIVER_VERSION, DRIVER_RELEASE as DRIVER_VERSION};
 /// NVML's own version: the CUDA major version, then the driver version.
 pub const NVML_VERSION: &str = "12.570.124.06";
 
