@@ -1,4 +1,220 @@
-//! The shared-memory ABI between `libtessera.so` and `controld`: one region file per
-//! container, read and written only through this crate.
+//! The shared-memory ABI between `libtessera.so` and `controld`: one region per container,
+//! read and written only through this crate.
 //!
-//! Nothing is defined here yet; the layout arrives with the memory-cap work.
+//! A region holds the container's name, a memory account per device (cap and usage) and a
+//! process table. Each process of the container claims a [`ProcessSlot`], owned through an
+//! OFD lock that the kernel drops when the process dies; any process that needs a slot or
+//! hits a cap reaps the slots of dead processes and takes back their memory.
+//!
+//! ```no_run
+//! use tessera_region::{Region, RegionInit, MAX_DEVICES};
+//! let mut caps = [None; MAX_DEVICES];
+//! caps[0] = Some(4 << 30);
+//! let init = RegionInit { name: "team-a".into(), memory_caps: caps };
+//! let region: &'static Region = Box::leak(Box::new(
+//!     Region::open_or_create("/run/tessera/team-a.region".as_ref(), &init)?,
+//! ));
+//! let me = region.claim_slot()?;
+//! if me.reserve_memory(0, 1 << 30).is_ok() {
+//!     // ... allocate; on failure: me.release_memory(0, 1 << 30)
+//! }
+//! # Ok::<(), tessera_region::RegionError>(())
+//! ```
+
+#![warn(missing_docs)]
+
+mod error;
+mod file;
+pub mod layout;
+mod liveness;
+mod memory;
+mod name;
+mod slot;
+pub mod units;
+
+pub use error::RegionError;
+pub use layout::{MAX_DEVICES, MAX_PROCESSES};
+pub use memory::OverCap;
+pub use slot::{ProcessInfo, ProcessSlot};
+
+use layout::{DeviceAccount, RegionLayout};
+use memory::MemoryCap;
+use std::ffi::CString;
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+/// What a new region holds: the container's name and its caps.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RegionInit {
+    /// The container's name: 1 to 63 of `a-z`, `0-9` and `-`, not starting with `-`.
+    pub name: String,
+    /// The memory cap of each device in bytes; `None` is unlimited.
+    pub memory_caps: [Option<u64>; MAX_DEVICES],
+}
+
+/// A container's region, mapped shared into this process. `Send + Sync`: all shared state
+/// is atomic.
+pub struct Region {
+    mapping: file::Mapping,
+    /// Owns this process's slot locks (OFD locks belong to this open file description).
+    lock_file: File,
+    /// `/proc/self/fd/<lock_file>` as a C string, built ahead so that a fork child can
+    /// reopen the file without allocating.
+    reopen_proc: [u8; 32],
+    /// The region's path as a C string, the fork child's second way to reopen it.
+    reopen_path: Option<CString>,
+    /// Set in a fork child that could not reopen the file: it can no longer own slots.
+    lock_lost: AtomicBool,
+    path: Option<PathBuf>,
+    name: String,
+    /// One bit per slot that a thread of this process owns or is working on (claiming,
+    /// releasing, reaping). OFD locks exclude other processes but not this one — its own
+    /// lock byte looks free to its own description — so these bits exclude its threads.
+    local: [AtomicU64; MAX_PROCESSES / 64],
+    /// Bumped in a fork child: slots claimed before the fork are the parent's, and inert
+    /// in the child.
+    generation: AtomicU64,
+}
+
+// Both are shared between threads by the preload library.
+const _: () = {
+    const fn shareable<T: Send + Sync>() {}
+    shareable::<Region>();
+    shareable::<ProcessSlot>();
+};
+
+impl Region {
+    /// Opens the region at `path`, creating it with `init` when the file does not exist,
+    /// is empty, or was left half-created by a process that died. Creation is serialised
+    /// with `flock`, so concurrent callers agree on one region; an existing valid region
+    /// keeps its own name and caps.
+    pub fn open_or_create(path: &Path, init: &RegionInit) -> Result<Region, RegionError> {
+        if !name::is_valid(&init.name) {
+            return Err(RegionError::BadName(init.name.clone()));
+        }
+        Region::from_opened(file::open(path, Some(init))?, Some(path))
+    }
+
+    /// Opens an existing region; never creates or repairs one.
+    pub fn open(path: &Path) -> Result<Region, RegionError> {
+        Region::from_opened(file::open(path, None)?, Some(path))
+    }
+
+    /// A region in anonymous shared memory, seen only by this process and the children it
+    /// forks: the fallback when there is no region file.
+    pub fn anonymous(init: &RegionInit) -> Result<Region, RegionError> {
+        if !name::is_valid(&init.name) {
+            return Err(RegionError::BadName(init.name.clone()));
+        }
+        Region::from_opened(file::anonymous(init)?, None)
+    }
+
+    fn from_opened(opened: file::Opened, path: Option<&Path>) -> Result<Region, RegionError> {
+        let file::Opened {
+            mapping,
+            lock_file,
+            reopen,
+        } = opened;
+        let mut reopen_proc = [0u8; 32];
+        let proc_path = format!("/proc/self/fd/{}", lock_file.as_raw_fd());
+        reopen_proc[..proc_path.len()].copy_from_slice(proc_path.as_bytes());
+        let name = name::from_field(&mapping.layout().header.name)
+            .unwrap_or_default()
+            .to_string();
+        Ok(Region {
+            mapping,
+            lock_file,
+            reopen_proc,
+            reopen_path: reopen,
+            lock_lost: AtomicBool::new(false),
+            path: path.map(Path::to_path_buf),
+            name,
+            local: std::array::from_fn(|_| AtomicU64::new(0)),
+            generation: AtomicU64::new(0),
+        })
+    }
+
+    pub(crate) fn layout(&self) -> &RegionLayout {
+        self.mapping.layout()
+    }
+
+    /// The device's account; `None` past [`MAX_DEVICES`].
+    pub(crate) fn account(&self, dev: usize) -> Option<&DeviceAccount> {
+        self.layout().devices.get(dev)
+    }
+
+    /// The region file; `None` for an anonymous region.
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+
+    /// The container's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The memory cap of device `dev` in bytes; `None` when unlimited. A device past
+    /// [`MAX_DEVICES`] has no account and a cap of 0.
+    pub fn memory_cap(&self, dev: usize) -> Option<u64> {
+        match self.account(dev) {
+            Some(a) => MemoryCap(a).cap(),
+            None => Some(0),
+        }
+    }
+
+    /// Sets the memory cap of device `dev` (ignored past [`MAX_DEVICES`]). A cap below the
+    /// current usage takes nothing back; it stops new reservations until usage drops.
+    pub fn set_memory_cap(&self, dev: usize, cap: Option<u64>) {
+        if let Some(a) = self.account(dev) {
+            MemoryCap(a).set_cap(cap);
+        }
+    }
+
+    /// Bytes the container's processes hold on device `dev`, all of them together.
+    pub fn memory_used(&self, dev: usize) -> u64 {
+        self.account(dev).map_or(0, |a| MemoryCap(a).used())
+    }
+
+    /// Lets go, in a child created by `fork`, of the parent's slot locks; call it from a
+    /// `pthread_atfork` child handler. The child shares the parent's lock file description,
+    /// and with it the locks that keep the parent's slots alive: the child's descriptor is
+    /// pointed at a new description of the same file (or at `/dev/null` when the file
+    /// cannot be reopened), so the parent's slots die with the parent. Slots claimed before
+    /// the fork become inert in the child; it claims its own. Async-signal-safe: no
+    /// allocation or lock, only `open`, `dup3`, `close` and atomic stores.
+    pub fn release_after_fork(&self) {
+        // Relaxed (both): the child is single-threaded here; threads it starts later
+        // synchronise with this thread when they are spawned.
+        self.generation.fetch_add(1, Ordering::Relaxed);
+        for word in &self.local {
+            word.store(0, Ordering::Relaxed);
+        }
+        let flags = libc::O_RDWR | libc::O_CLOEXEC | libc::O_NOCTTY;
+        // SAFETY: `reopen_proc` is NUL-terminated (32 zeroed bytes, a shorter path written);
+        // open is async-signal-safe.
+        let mut fd = unsafe { libc::open(self.reopen_proc.as_ptr().cast(), flags) };
+        if fd < 0 {
+            if let Some(path) = &self.reopen_path {
+                // SAFETY: a CString built before the fork; open is async-signal-safe.
+                fd = unsafe { libc::open(path.as_ptr(), flags) };
+            }
+        }
+        if fd < 0 {
+            // Relaxed: read by this (single) thread and threads spawned after it.
+            self.lock_lost.store(true, Ordering::Relaxed);
+            // SAFETY: a NUL-terminated literal; async-signal-safe.
+            fd = unsafe { libc::open(c"/dev/null".as_ptr(), flags) };
+        }
+        if fd >= 0 {
+            // SAFETY: dup3 atomically replaces the descriptor `lock_file` owns, which stays
+            // open (now on the new description), so the File never closes a descriptor
+            // that is not its own; then the temporary descriptor is closed.
+            unsafe {
+                libc::dup3(fd, self.lock_file.as_raw_fd(), libc::O_CLOEXEC);
+                libc::close(fd);
+            }
+        }
+    }
+}
