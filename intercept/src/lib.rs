@@ -1,3 +1,38 @@
-//! `libtessera.so`, the library preloaded into CUDA processes.
+//! `libtessera.so`, the library preloaded into CUDA processes (`LD_PRELOAD`).
 //!
-//! Nothing is hooked yet; interception arrives with the memory-cap work.
+//! It intercepts the driver entry points listed in the hook table ([`hooks`]) on every path an
+//! application resolves them by: symbol interposition (apps linked with `-lcuda`), `dlsym` on
+//! the driver's handle ([`dlsym`]), and `cuGetProcAddress` ([`proc_address`]). The handlers
+//! enforce the container's memory caps ([`memory`], [`container`]); everything not hooked
+//! goes straight to the real driver ([`driver`]).
+//!
+//! Nothing here may unwind into the application: every export catches panics. The library is
+//! quiet unless `TESSERA_LOG` asks ([`log`]).
+
+mod log;
+pub(crate) use log::tlog;
+
+mod container;
+mod dlsym;
+mod driver;
+mod env;
+mod fork;
+mod hooks;
+mod launch;
+mod memory;
+mod proc_address;
+
+/// Runs when the library is loaded, before the application's `main`: finds the real `dlsym`
+/// while no other thread can be asking for it, and registers the fork handler.
+#[cfg_attr(test, allow(dead_code))]
+extern "C" fn constructor() {
+    dlsym::init();
+    fork::register();
+}
+
+// The loader calls the functions listed in `.init_array`. Not in unit tests: the test binary
+// is not a preloaded library.
+#[cfg(not(test))]
+#[used]
+#[link_section = ".init_array"]
+static CONSTRUCTOR: extern "C" fn() = constructor;

@@ -1,0 +1,523 @@
+//! This process's view of its container: the region shared with the container's other
+//! processes (and with `controld`), this process's slot in it, and the memory caps.
+//!
+//! Everything here is made on first use by a hooked call, never while the dynamic linker
+//! or `dlsym` is running: the first allocation, query or context call pays for it.
+
+use crate::memory::registry::Registry;
+use std::ffi::OsStr;
+use std::os::fd::AsRawFd;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+use tessera_region::layout::LOCK_BASE;
+use tessera_region::{units, OverCap, ProcessSlot, Region, RegionInit, MAX_DEVICES, MAX_PROCESSES};
+
+/// Per-device memory caps: `None` is unlimited.
+pub(crate) type MemoryCaps = [Option<u64>; MAX_DEVICES];
+
+/// The container state of this process.
+pub(crate) struct Container {
+    region: &'static Region,
+    /// What this process has allocated and not yet freed, for the frees.
+    pub(crate) registry: Registry,
+}
+
+static REGION: OnceLock<Region> = OnceLock::new();
+static CONTAINER: OnceLock<Option<Container>> = OnceLock::new();
+
+/// This process's slot, leaked once claimed; null until the first reservation and again in
+/// a fork child, which claims its own.
+static SLOT: AtomicPtr<ProcessSlot> = AtomicPtr::new(std::ptr::null_mut());
+/// Held while one thread claims the slot. A spin flag rather than a mutex, so that a fork
+/// child can reset it with one store (a mutex held by a parent thread would stay locked).
+static CLAIMING: AtomicBool = AtomicBool::new(false);
+/// Counts the forks this process descends from (since the library was loaded): what was
+/// recorded under an older generation belongs to the parent.
+static GENERATION: AtomicU32 = AtomicU32::new(0);
+/// Set once a slot claim failed, so that the error is reported once.
+static CLAIM_FAILED: AtomicBool = AtomicBool::new(false);
+
+/// The container state, made on first use; `None` only if not even a private region could
+/// be mapped (then nothing is counted and every call goes straight to the driver).
+pub(crate) fn get() -> Option<&'static Container> {
+    CONTAINER.get_or_init(init).as_ref()
+}
+
+fn init() -> Option<Container> {
+    let (caps, problems) = caps_from_env(|name| std::env::var_os(name), env_limit_names());
+    for problem in &problems {
+        crate::tlog!(error, "{problem}");
+    }
+    let region = open_region(&caps)?;
+    let region = REGION.get_or_init(|| region);
+    Some(Container {
+        region,
+        registry: Registry::new(),
+    })
+}
+
+/// The region named by the environment or, without one (or with a broken one), a private
+/// region with the environment's caps.
+fn open_region(caps: &MemoryCaps) -> Option<Region> {
+    let path = std::env::var_os(crate::env::REGION).filter(|p| !p.is_empty());
+    if let Some(path) = path {
+        let path = Path::new(&path);
+        let init = RegionInit {
+            name: container_name(path),
+            memory_caps: *caps,
+        };
+        match Region::open_or_create(path, &init) {
+            Ok(region) => return Some(region),
+            Err(e) => crate::tlog!(
+                error,
+                "{e}; this process falls back to the memory limits of its environment"
+            ),
+        }
+    }
+    let init = RegionInit {
+        name: STANDALONE.to_string(),
+        memory_caps: *caps,
+    };
+    match Region::anonymous(&init) {
+        Ok(region) => Some(region),
+        Err(e) => {
+            crate::tlog!(error, "{e}; memory is not limited in this process");
+            None
+        }
+    }
+}
+
+/// The name of a container that has no region file, or whose file name makes no name.
+const STANDALONE: &str = "standalone";
+
+/// The name a region created by the library gets: its file name, in the characters a
+/// container name allows (a daemon-made region keeps the name the daemon gave it).
+pub(crate) fn container_name(path: &Path) -> String {
+    let stem = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().to_ascii_lowercase())
+        .unwrap_or_default();
+    let name: String = stem
+        .chars()
+        .map(|c| {
+            if c.is_ascii_lowercase() || c.is_ascii_digit() {
+                c
+            } else {
+                '-'
+            }
+        })
+        .skip_while(|&c| c == '-')
+        .take(63)
+        .collect();
+    if name.is_empty() {
+        STANDALONE.to_string()
+    } else {
+        name
+    }
+}
+
+/// The names of the environment variables that may set a cap: every `TESSERA_MEMORY_LIMIT*`.
+fn env_limit_names() -> Vec<String> {
+    std::env::vars_os()
+        .filter_map(|(name, _)| name.into_string().ok())
+        .filter(|name| name.starts_with(crate::env::MEMORY_LIMIT))
+        .collect()
+}
+
+/// The caps that `TESSERA_MEMORY_LIMIT` (every device) and `TESSERA_MEMORY_LIMIT_<i>`
+/// (device i, winning over the former) set, and what is wrong with them, one line each. A
+/// malformed value caps at zero: a mistyped limit must never mean "unlimited".
+pub(crate) fn caps_from_env<V: AsRef<OsStr>>(
+    lookup: impl Fn(&str) -> Option<V>,
+    mut names: Vec<String>,
+) -> (MemoryCaps, Vec<String>) {
+    let mut problems = Vec::new();
+    let parse = |name: &str, problems: &mut Vec<String>| -> Option<u64> {
+        let value = lookup(name)?;
+        let value = value.as_ref();
+        match value.to_str().map(|v| units::parse_size(v.trim())) {
+            Some(Ok(bytes)) => Some(bytes),
+            _ => {
+                problems.push(format!(
+                    "{name}={value:?} is not a size (like 4GiB or 512MiB); the limit is 0 bytes"
+                ));
+                Some(0)
+            }
+        }
+    };
+    let mut caps = [parse(crate::env::MEMORY_LIMIT, &mut problems); MAX_DEVICES];
+    names.sort();
+    for name in &names {
+        let Some(index) = name
+            .strip_prefix(crate::env::MEMORY_LIMIT)
+            .and_then(|rest| rest.strip_prefix('_'))
+        else {
+            continue;
+        };
+        match index.parse::<usize>() {
+            Ok(i) if i < MAX_DEVICES && index == i.to_string() => {
+                caps[i] = parse(name, &mut problems)
+            }
+            _ => problems.push(format!(
+                "{name} names no device (use {limit}_0 to {limit}_{last}); it is ignored",
+                limit = crate::env::MEMORY_LIMIT,
+                last = MAX_DEVICES - 1
+            )),
+        }
+    }
+    (caps, problems)
+}
+
+impl Container {
+    /// The container's cap on `device`, if it has one.
+    pub(crate) fn memory_cap(&self, device: usize) -> Option<u64> {
+        (device < MAX_DEVICES)
+            .then(|| self.region.memory_cap(device))
+            .flatten()
+    }
+
+    /// What the container's processes hold on `device`.
+    pub(crate) fn memory_used(&self, device: usize) -> u64 {
+        if device < MAX_DEVICES {
+            self.region.memory_used(device)
+        } else {
+            0
+        }
+    }
+
+    /// Returns the memory of the container's processes that died to the container.
+    pub(crate) fn reap_dead(&self) {
+        self.region.reap_dead();
+    }
+
+    /// This process's slot, claimed on first use (and again in a fork child).
+    pub(crate) fn slot(&self) -> Option<&'static ProcessSlot> {
+        // Acquire: pairs with the Release store in `claim_slot`, so that the slot's fields
+        // are visible before it is used.
+        let slot = SLOT.load(Ordering::Acquire);
+        if slot.is_null() {
+            return self.claim_slot();
+        }
+        // SAFETY: a non-null SLOT points to a leaked, never freed ProcessSlot.
+        Some(unsafe { &*slot })
+    }
+
+    #[cold]
+    fn claim_slot(&self) -> Option<&'static ProcessSlot> {
+        // Acquire on success: pairs with the Release store that ends the previous claim, so
+        // that its SLOT store is seen below.
+        while CLAIMING
+            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            std::thread::yield_now();
+        }
+        // Relaxed: CLAIMING's acquire already orders this load after the last claim.
+        let mut slot = SLOT.load(Ordering::Relaxed);
+        if slot.is_null() {
+            match self.region.claim_slot() {
+                Ok(s) => {
+                    slot = Box::into_raw(Box::new(s));
+                    // Release: publishes the slot to the Acquire loads in `slot`.
+                    SLOT.store(slot, Ordering::Release);
+                }
+                Err(e) => {
+                    // Relaxed: only decides whether to log.
+                    if !CLAIM_FAILED.swap(true, Ordering::Relaxed) {
+                        crate::tlog!(error, "{e}; allocations on limited devices fail");
+                    }
+                }
+            }
+        }
+        // Release: ends the critical section for the next claimer's Acquire.
+        CLAIMING.store(false, Ordering::Release);
+        // SAFETY: non-null slots are leaked boxes, never freed.
+        (!slot.is_null()).then(|| unsafe { &*slot })
+    }
+
+    /// Reserves `bytes` on `device` for this process, against the container's cap.
+    pub(crate) fn reserve(&self, device: usize, bytes: u64) -> Result<Reservation, OverCap> {
+        let cap = || OverCap {
+            cap: self.memory_cap(device).unwrap_or(0),
+            used: self.memory_used(device),
+        };
+        if device >= MAX_DEVICES {
+            return Ok(Reservation::none());
+        }
+        let Some(slot) = self.slot() else {
+            // Without a slot nothing can be counted: a limited device refuses, others run
+            // uncounted.
+            return match self.memory_cap(device) {
+                Some(_) => Err(cap()),
+                None => Ok(Reservation::none()),
+            };
+        };
+        slot.reserve_memory(device, bytes)?;
+        Ok(Reservation {
+            slot: Some(slot),
+            device,
+            bytes,
+        })
+    }
+
+    /// Gives back `bytes` on `device` that this process reserved under `generation`.
+    pub(crate) fn release(&self, device: usize, bytes: u64, generation: u32) {
+        if generation != current_generation() || device >= MAX_DEVICES {
+            return;
+        }
+        // Relaxed: this thread made the reservation being given back, or learnt of it
+        // through the registry's lock, which orders the SLOT store before.
+        let slot = SLOT.load(Ordering::Relaxed);
+        if !slot.is_null() {
+            // SAFETY: non-null slots are leaked boxes, never freed.
+            unsafe { &*slot }.release_memory(device, bytes);
+        }
+    }
+}
+
+/// The byte of the region file whose OFD lock serialises context measurements across the
+/// container: the first past the slots' liveness bytes, so never one of theirs.
+const MEASURE_LOCK_BYTE: i64 = LOCK_BASE + MAX_PROCESSES as i64;
+
+/// How long a measurement waits for another process's before measuring anyway: a process
+/// stopped in the middle of its own must not stop this one for good.
+const MEASURE_LOCK_PATIENCE: Duration = Duration::from_secs(10);
+
+impl Container {
+    /// Excludes the context measurements of the container's other processes until dropped
+    /// (see `memory::context`): two contexts made at once would each be measured with the
+    /// other's memory. `None` for a region without a file (one process and its children,
+    /// serialised by the caller) or after waiting too long.
+    pub(crate) fn measurement_lock(&self) -> Option<MeasureLock> {
+        let path = self.region.path()?;
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .ok()?;
+        let deadline = Instant::now() + MEASURE_LOCK_PATIENCE;
+        loop {
+            match set_lock(&file, libc::F_WRLCK) {
+                Ok(()) => return Some(MeasureLock { file }),
+                Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN | libc::EACCES)) => {}
+                Err(e) => {
+                    crate::tlog!(debug, "cannot lock the region for a measurement: {e}");
+                    return None;
+                }
+            }
+            if Instant::now() >= deadline {
+                crate::tlog!(
+                    warn,
+                    "another process of the container has been measuring a context for {}s; measuring anyway",
+                    MEASURE_LOCK_PATIENCE.as_secs()
+                );
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+}
+
+/// Held while a context is measured; see [`Container::measurement_lock`].
+pub(crate) struct MeasureLock {
+    file: std::fs::File,
+}
+
+impl Drop for MeasureLock {
+    fn drop(&mut self) {
+        // Unlocked explicitly, not only by closing: a child forked meanwhile shares the
+        // open file description and would otherwise keep the lock alive.
+        let _ = set_lock(&self.file, libc::F_UNLCK);
+    }
+}
+
+/// Sets (or clears) the OFD lock on [`MEASURE_LOCK_BYTE`] through `file`, without waiting.
+fn set_lock(file: &std::fs::File, kind: libc::c_int) -> std::io::Result<()> {
+    // SAFETY: flock is a plain C struct for which all-zero bytes are valid; OFD locks
+    // require l_pid to be 0.
+    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+    fl.l_type = kind as libc::c_short;
+    fl.l_whence = libc::SEEK_SET as libc::c_short;
+    fl.l_start = MEASURE_LOCK_BYTE;
+    fl.l_len = 1;
+    // SAFETY: the file is open for the borrow; fcntl only reads fl.
+    let rc = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_SETLK, &fl) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// The fork generation that new records are made under.
+pub(crate) fn current_generation() -> u32 {
+    // Relaxed: only a fork child changes it, before any of its threads run.
+    GENERATION.load(Ordering::Relaxed)
+}
+
+/// Bytes held for an operation in progress: given back when dropped, unless kept.
+#[must_use]
+pub(crate) struct Reservation {
+    slot: Option<&'static ProcessSlot>,
+    device: usize,
+    bytes: u64,
+}
+
+impl Reservation {
+    /// Nothing reserved: the device is uncounted.
+    fn none() -> Reservation {
+        Reservation {
+            slot: None,
+            device: 0,
+            bytes: 0,
+        }
+    }
+
+    /// Whether bytes are held, so that the allocation must be recorded.
+    pub(crate) fn is_counted(&self) -> bool {
+        self.slot.is_some()
+    }
+
+    /// Changes the reservation to `bytes`, reserving more against the cap if needed.
+    pub(crate) fn resize(&mut self, bytes: u64) -> Result<(), OverCap> {
+        let Some(slot) = self.slot else {
+            return Ok(());
+        };
+        if bytes > self.bytes {
+            slot.reserve_memory(self.device, bytes - self.bytes)?;
+        } else {
+            slot.release_memory(self.device, self.bytes - bytes);
+        }
+        self.bytes = bytes;
+        Ok(())
+    }
+
+    /// The allocation succeeded: the bytes stay held until it is freed. Returns them (0 if
+    /// nothing was counted).
+    pub(crate) fn keep(mut self) -> u64 {
+        self.slot.take().map_or(0, |_| self.bytes)
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        if let Some(slot) = self.slot {
+            slot.release_memory(self.device, self.bytes);
+        }
+    }
+}
+
+/// Called by the fork child handler: the child claims its own slot at its next hooked call;
+/// the parent's records stay the parent's.
+///
+/// Async-signal-safe: atomic stores and the region's own fork-safe release only.
+pub(crate) fn after_fork_in_child() {
+    // Relaxed throughout: the child has one thread until it returns from fork.
+    SLOT.store(std::ptr::null_mut(), Ordering::Relaxed);
+    CLAIMING.store(false, Ordering::Relaxed);
+    CLAIM_FAILED.store(false, Ordering::Relaxed);
+    GENERATION.fetch_add(1, Ordering::Relaxed);
+    if let Some(region) = REGION.get() {
+        region.release_after_fork();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn caps(vars: &[(&str, &str)]) -> MemoryCaps {
+        let map: HashMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let names = map.keys().cloned().collect();
+        caps_from_env(|name| map.get(name).cloned(), names).0
+    }
+
+    #[test]
+    fn no_limit_is_unlimited() {
+        assert_eq!(caps(&[]), [None; MAX_DEVICES]);
+    }
+
+    #[test]
+    fn one_limit_caps_every_device() {
+        assert_eq!(
+            caps(&[("TESSERA_MEMORY_LIMIT", "1GiB")]),
+            [Some(1 << 30); MAX_DEVICES]
+        );
+    }
+
+    #[test]
+    fn a_device_limit_wins_over_the_global_one() {
+        let c = caps(&[
+            ("TESSERA_MEMORY_LIMIT", "1GiB"),
+            ("TESSERA_MEMORY_LIMIT_1", "512MiB"),
+        ]);
+        assert_eq!(c[0], Some(1 << 30));
+        assert_eq!(c[1], Some(512 << 20));
+        assert_eq!(c[2], Some(1 << 30));
+    }
+
+    #[test]
+    fn a_device_limit_alone_caps_only_its_device() {
+        let c = caps(&[("TESSERA_MEMORY_LIMIT_3", "2g")]);
+        assert_eq!(c[3], Some(2 << 30));
+        assert_eq!(c[0], None);
+    }
+
+    #[test]
+    fn malformed_limits_are_zero_never_unlimited() {
+        for bad in ["", "lots", "1.5.GiB", "-1", "1 GiBs"] {
+            let c = caps(&[("TESSERA_MEMORY_LIMIT", bad)]);
+            assert_eq!(c, [Some(0); MAX_DEVICES], "{bad:?}");
+        }
+        let c = caps(&[
+            ("TESSERA_MEMORY_LIMIT", "1GiB"),
+            ("TESSERA_MEMORY_LIMIT_0", "x"),
+        ]);
+        assert_eq!(c[0], Some(0));
+        assert_eq!(c[1], Some(1 << 30));
+    }
+
+    #[test]
+    fn names_of_no_device_are_ignored() {
+        let c = caps(&[
+            ("TESSERA_MEMORY_LIMIT_16", "1GiB"),
+            ("TESSERA_MEMORY_LIMIT_x", "1GiB"),
+            ("TESSERA_MEMORY_LIMIT_01", "1GiB"),
+            ("TESSERA_MEMORY_LIMITS", "1GiB"),
+        ]);
+        assert_eq!(c, [None; MAX_DEVICES]);
+    }
+
+    #[test]
+    fn problems_name_the_variable() {
+        let vars = [("TESSERA_MEMORY_LIMIT_2", "3 bananas")];
+        let names = vec![vars[0].0.to_string()];
+        let lookup = |n: &str| vars.iter().find(|(k, _)| *k == n).map(|(_, v)| *v);
+        let (c, problems) = caps_from_env(lookup, names);
+        assert_eq!(c[2], Some(0));
+        assert_eq!(problems.len(), 1);
+        assert!(
+            problems[0].contains("TESSERA_MEMORY_LIMIT_2"),
+            "{}",
+            problems[0]
+        );
+    }
+
+    #[test]
+    fn container_names_from_file_names() {
+        assert_eq!(
+            container_name(Path::new("/run/tessera/team-a.region")),
+            "team-a"
+        );
+        assert_eq!(container_name(Path::new("/x/My_Box 2")), "my-box-2");
+        assert_eq!(container_name(Path::new("/x/__")), STANDALONE);
+        assert_eq!(container_name(Path::new("/")), STANDALONE);
+        assert_eq!(container_name(Path::new(&"y".repeat(100))).len(), 63);
+    }
+}

@@ -1,0 +1,113 @@
+//! The hook table: every entry point libtessera intercepts, declared once.
+//!
+//! Each line: the library, the exported symbol with its C signature (our own declaration of
+//! the driver's ABI: CUresult and nvmlReturn_t are `u32`, CUdevice `i32`, CUdeviceptr and
+//! CUmemGenericAllocationHandle `u64`, handles `*mut c_void`), for CUDA the base name and
+//! first CUDA version of that ABI as `cuGetProcAddress` knows it (and `per_thread` for the
+//! `_ptsz` twins), and the handler.
+//!
+//! Names are in byte order (checked when compiling). A base name's revisions must be hooked
+//! from the oldest one listed up to the newest, each with its per-thread twin where the driver
+//! has one: `cuGetProcAddress` substitution relies on it, and the coverage test checks it.
+
+use super::hook_table;
+use crate::{launch, memory, proc_address};
+use std::ffi::{c_char, c_int, c_void};
+
+hook_table! {
+    cuda fn cuArray3DCreate_v2(arr: *mut *mut c_void, desc: *const c_void)
+        [cuArray3DCreate @ 3020] => memory::array::array3d_create;
+    cuda fn cuArrayCreate_v2(arr: *mut *mut c_void, desc: *const c_void)
+        [cuArrayCreate @ 3020] => memory::array::array_create;
+    cuda fn cuArrayDestroy(arr: *mut c_void)
+        [cuArrayDestroy @ 2000] => memory::array::array_destroy;
+    cuda fn cuCtxCreate_v2(ctx: *mut *mut c_void, flags: u32, dev: i32)
+        [cuCtxCreate @ 3020] => memory::context::ctx_create_v2;
+    cuda fn cuCtxCreate_v3(
+        ctx: *mut *mut c_void, params: *mut c_void, num_params: i32, flags: u32, dev: i32,
+    ) [cuCtxCreate @ 11040] => memory::context::ctx_create_v3;
+    cuda fn cuCtxCreate_v4(ctx: *mut *mut c_void, params: *mut c_void, flags: u32, dev: i32)
+        [cuCtxCreate @ 12050] => memory::context::ctx_create_v4;
+    cuda fn cuCtxDestroy_v2(ctx: *mut c_void)
+        [cuCtxDestroy @ 4000] => memory::context::ctx_destroy;
+    cuda fn cuDevicePrimaryCtxRelease_v2(dev: i32)
+        [cuDevicePrimaryCtxRelease @ 11000] => memory::context::primary_ctx_release;
+    cuda fn cuDevicePrimaryCtxReset_v2(dev: i32)
+        [cuDevicePrimaryCtxReset @ 11000] => memory::context::primary_ctx_reset;
+    cuda fn cuDevicePrimaryCtxRetain(ctx: *mut *mut c_void, dev: i32)
+        [cuDevicePrimaryCtxRetain @ 7000] => memory::context::primary_ctx_retain;
+    cuda fn cuDeviceTotalMem_v2(bytes: *mut usize, dev: i32)
+        [cuDeviceTotalMem @ 3020] => memory::query::device_total_mem;
+    cuda fn cuGetProcAddress(
+        symbol: *const c_char, pfn: *mut *mut c_void, cuda_version: c_int, flags: u64,
+    ) [cuGetProcAddress @ 11030] => proc_address::get_proc_address;
+    cuda fn cuGetProcAddress_v2(
+        symbol: *const c_char, pfn: *mut *mut c_void, cuda_version: c_int, flags: u64,
+        symbol_status: *mut c_int,
+    ) [cuGetProcAddress @ 12000] => proc_address::get_proc_address_v2;
+    cuda fn cuLaunchCooperativeKernel(
+        f: *mut c_void, grid_x: u32, grid_y: u32, grid_z: u32,
+        block_x: u32, block_y: u32, block_z: u32, shared_bytes: u32, stream: *mut c_void,
+        params: *mut *mut c_void,
+    ) [cuLaunchCooperativeKernel @ 9000] => launch::launch_cooperative_kernel;
+    cuda fn cuLaunchCooperativeKernel_ptsz(
+        f: *mut c_void, grid_x: u32, grid_y: u32, grid_z: u32,
+        block_x: u32, block_y: u32, block_z: u32, shared_bytes: u32, stream: *mut c_void,
+        params: *mut *mut c_void,
+    ) [cuLaunchCooperativeKernel @ 9000 per_thread] => launch::launch_cooperative_kernel;
+    cuda fn cuLaunchKernel(
+        f: *mut c_void, grid_x: u32, grid_y: u32, grid_z: u32,
+        block_x: u32, block_y: u32, block_z: u32, shared_bytes: u32, stream: *mut c_void,
+        params: *mut *mut c_void, extra: *mut *mut c_void,
+    ) [cuLaunchKernel @ 4000] => launch::launch_kernel;
+    cuda fn cuLaunchKernelEx(
+        config: *const c_void, f: *mut c_void, params: *mut *mut c_void,
+        extra: *mut *mut c_void,
+    ) [cuLaunchKernelEx @ 11060] => launch::launch_kernel_ex;
+    cuda fn cuLaunchKernelEx_ptsz(
+        config: *const c_void, f: *mut c_void, params: *mut *mut c_void,
+        extra: *mut *mut c_void,
+    ) [cuLaunchKernelEx @ 11060 per_thread] => launch::launch_kernel_ex;
+    cuda fn cuLaunchKernel_ptsz(
+        f: *mut c_void, grid_x: u32, grid_y: u32, grid_z: u32,
+        block_x: u32, block_y: u32, block_z: u32, shared_bytes: u32, stream: *mut c_void,
+        params: *mut *mut c_void, extra: *mut *mut c_void,
+    ) [cuLaunchKernel @ 7000 per_thread] => launch::launch_kernel;
+    cuda fn cuMemAllocAsync(dptr: *mut u64, bytes: usize, stream: *mut c_void)
+        [cuMemAllocAsync @ 11020] => memory::pool::mem_alloc_async;
+    cuda fn cuMemAllocAsync_ptsz(dptr: *mut u64, bytes: usize, stream: *mut c_void)
+        [cuMemAllocAsync @ 11020 per_thread] => memory::pool::mem_alloc_async;
+    cuda fn cuMemAllocFromPoolAsync(
+        dptr: *mut u64, bytes: usize, pool: *mut c_void, stream: *mut c_void,
+    ) [cuMemAllocFromPoolAsync @ 11020] => memory::pool::mem_alloc_from_pool_async;
+    cuda fn cuMemAllocFromPoolAsync_ptsz(
+        dptr: *mut u64, bytes: usize, pool: *mut c_void, stream: *mut c_void,
+    ) [cuMemAllocFromPoolAsync @ 11020 per_thread] => memory::pool::mem_alloc_from_pool_async;
+    cuda fn cuMemAllocManaged(dptr: *mut u64, bytes: usize, flags: u32)
+        [cuMemAllocManaged @ 6000] => memory::alloc::mem_alloc_managed;
+    cuda fn cuMemAllocPitch_v2(
+        dptr: *mut u64, pitch: *mut usize, width: usize, height: usize, elem: u32,
+    ) [cuMemAllocPitch @ 3020] => memory::alloc::mem_alloc_pitch;
+    cuda fn cuMemAlloc_v2(dptr: *mut u64, bytes: usize)
+        [cuMemAlloc @ 3020] => memory::alloc::mem_alloc;
+    cuda fn cuMemCreate(handle: *mut u64, size: usize, prop: *const c_void, flags: u64)
+        [cuMemCreate @ 10020] => memory::vmm::mem_create;
+    cuda fn cuMemFreeAsync(dptr: u64, stream: *mut c_void)
+        [cuMemFreeAsync @ 11020] => memory::pool::mem_free_async;
+    cuda fn cuMemFreeAsync_ptsz(dptr: u64, stream: *mut c_void)
+        [cuMemFreeAsync @ 11020 per_thread] => memory::pool::mem_free_async;
+    cuda fn cuMemFree_v2(dptr: u64)
+        [cuMemFree @ 3020] => memory::alloc::mem_free;
+    cuda fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize)
+        [cuMemGetInfo @ 3020] => memory::query::mem_get_info;
+    cuda fn cuMemRelease(handle: u64)
+        [cuMemRelease @ 10020] => memory::vmm::mem_release;
+    cuda fn cuMipmappedArrayCreate(arr: *mut *mut c_void, desc: *const c_void, levels: u32)
+        [cuMipmappedArrayCreate @ 5000] => memory::array::mipmapped_array_create;
+    cuda fn cuMipmappedArrayDestroy(arr: *mut c_void)
+        [cuMipmappedArrayDestroy @ 5000] => memory::array::mipmapped_array_destroy;
+    nvml fn nvmlDeviceGetMemoryInfo(device: *mut c_void, memory: *mut c_void)
+        => memory::nvml::memory_info;
+    nvml fn nvmlDeviceGetMemoryInfo_v2(device: *mut c_void, memory: *mut c_void)
+        => memory::nvml::memory_info_v2;
+}

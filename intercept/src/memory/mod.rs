@@ -1,0 +1,170 @@
+//! Memory isolation: every driver entry point that allocates or frees device memory, and
+//! every query that reports it, as handlers called from the hook table.
+//!
+//! Each handler receives the real function of the variant that was called, so one handler
+//! serves an entry point and its per-thread-stream twin. Allocations reserve their bytes
+//! against the container's cap before the driver runs and give them back if it fails
+//! ([`crate::container::Reservation`]); frees give back what the registry recorded.
+
+pub(crate) mod alloc;
+pub(crate) mod array;
+pub(crate) mod context;
+pub(crate) mod nvml;
+pub(crate) mod pool;
+pub(crate) mod query;
+mod real;
+pub(crate) mod registry;
+pub(crate) mod vmm;
+
+use crate::container::{self, Container, Reservation};
+use registry::{Allocation, Key};
+use std::ffi::c_void;
+
+/// `CUDA_SUCCESS`.
+pub(crate) const SUCCESS: u32 = 0;
+/// `CUDA_ERROR_OUT_OF_MEMORY`: what an allocation over the cap returns.
+pub(crate) const OUT_OF_MEMORY: u32 = 2;
+
+/// Where an allocation is made: the calling thread's current context and its device.
+#[derive(Clone, Copy)]
+pub(crate) struct Site {
+    pub device: usize,
+    pub context: usize,
+}
+
+impl Site {
+    /// The calling thread's current context and device, as the real driver knows them;
+    /// `None` without a usable context (the driver then fails the call itself).
+    pub(crate) fn current() -> Option<Site> {
+        let mut ctx: *mut c_void = std::ptr::null_mut();
+        let mut dev: i32 = -1;
+        // SAFETY: both functions write one value to the valid locals passed.
+        let ok = unsafe {
+            real::ctx_get_current()?(&mut ctx) == SUCCESS
+                && real::ctx_get_device()?(&mut dev) == SUCCESS
+        };
+        let device = usize::try_from(dev).ok()?;
+        (ok && !ctx.is_null()).then_some(Site {
+            device,
+            context: ctx as usize,
+        })
+    }
+}
+
+/// The outcome of reserving before an allocation.
+pub(crate) enum Admit {
+    /// Go ahead, holding this reservation.
+    Go(&'static Container, Reservation),
+    /// Not counted (no container state): call the driver directly.
+    Uncounted,
+    /// Over the container's cap.
+    OverCap,
+}
+
+/// Reserves `bytes` on `device`.
+pub(crate) fn admit(device: usize, bytes: u64) -> Admit {
+    let Some(c) = container::get() else {
+        return Admit::Uncounted;
+    };
+    match c.reserve(device, bytes) {
+        Ok(r) => Admit::Go(c, r),
+        Err(over) => {
+            crate::tlog!(
+                debug,
+                "{bytes} bytes on device {device} refused: the container holds {} of {}",
+                over.used,
+                over.cap
+            );
+            Admit::OverCap
+        }
+    }
+}
+
+/// Records an allocation the driver made under `reservation`, which it now holds.
+pub(crate) fn record(
+    c: &Container,
+    key: Key,
+    device: usize,
+    bytes: u64,
+    context: usize,
+    reservation: Reservation,
+) {
+    if !reservation.is_counted() {
+        return;
+    }
+    reservation.keep();
+    let allocation = Allocation {
+        device,
+        bytes,
+        context,
+        generation: container::current_generation(),
+    };
+    if let Some(stale) = c.registry.insert(key, allocation) {
+        // The driver handed out the same pointer or handle again, so the old one was freed
+        // where we could not see it.
+        c.release(stale.device, stale.bytes, stale.generation);
+    }
+}
+
+/// Frees `key` through `free` (the real driver call) and gives back its bytes if the
+/// driver freed it. The record leaves the registry before the driver runs, so that another
+/// thread given the same address at once records its own allocation safely.
+pub(crate) fn forget(key: Key, free: impl FnOnce() -> u32) -> u32 {
+    let Some(c) = container::get() else {
+        return free();
+    };
+    let known = c.registry.remove(key);
+    let rc = free();
+    if let Some(a) = known {
+        if rc == SUCCESS {
+            // After the driver's free: the cap never counts memory as free before it is.
+            c.release(a.device, a.bytes, a.generation);
+        } else if c.registry.insert(key, a).is_some() {
+            // Cannot happen: the key was not freed, so nobody else could have it.
+            crate::tlog!(warn, "allocation {key:?} recorded twice");
+        }
+    }
+    rc
+}
+
+/// Gives back everything that belonged to a context the driver has just destroyed (or
+/// reset): its linear allocations and arrays went with it.
+pub(crate) fn forget_context(context: usize) {
+    if context == 0 {
+        return;
+    }
+    let Some(c) = container::get() else { return };
+    for (_, a) in c.registry.remove_where(|_, a| a.context == context) {
+        c.release(a.device, a.bytes, a.generation);
+    }
+}
+
+/// Reserves `bytes` of linear memory on the current device, lets `alloc` make the
+/// allocation and records the pointer it wrote to `dptr`.
+///
+/// # Safety
+/// `dptr` is null or points to a `CUdeviceptr` that `alloc` writes on success.
+pub(crate) unsafe fn counted(dptr: *mut u64, bytes: u64, alloc: impl FnOnce() -> u32) -> u32 {
+    let Some(site) = Site::current().filter(|_| !dptr.is_null()) else {
+        return alloc();
+    };
+    let (c, reservation) = match admit(site.device, bytes) {
+        Admit::Go(c, r) => (c, r),
+        Admit::Uncounted => return alloc(),
+        Admit::OverCap => return OUT_OF_MEMORY,
+    };
+    let rc = alloc();
+    if rc == SUCCESS {
+        // SAFETY: dptr is non-null and the driver just wrote the new pointer there.
+        let ptr = unsafe { dptr.read() };
+        record(
+            c,
+            Key::Pointer(ptr),
+            site.device,
+            bytes,
+            site.context,
+            reservation,
+        );
+    }
+    rc
+}

@@ -1,0 +1,40 @@
+//! The real driver and NVML functions the handlers need besides the one they wrap: looked
+//! up once, in the real libraries (never our own exports), and kept.
+
+use crate::driver::{resolve, Lib};
+use std::ffi::{c_char, c_void};
+use std::sync::OnceLock;
+
+/// Declares `fn name() -> Option<type>`: the real symbol, resolved on first use.
+macro_rules! real_fns {
+    ($($lib:ident $sym:literal fn $name:ident: $ty:ty;)*) => {$(
+        pub(crate) fn $name() -> Option<$ty> {
+            static SLOT: OnceLock<Option<$ty>> = OnceLock::new();
+            *SLOT.get_or_init(|| {
+                let p = resolve(Lib::$lib, $sym)?;
+                // SAFETY: the symbol is the driver's function of this name, whose C
+                // signature `$ty` declares; a function pointer and a data pointer have the
+                // same size and representation on the platforms the driver runs on.
+                Some(unsafe { std::mem::transmute::<*mut c_void, $ty>(p.as_ptr()) })
+            })
+        }
+    )*};
+}
+
+real_fns! {
+    Cuda c"cuCtxGetCurrent" fn ctx_get_current: unsafe extern "C" fn(*mut *mut c_void) -> u32;
+    Cuda c"cuCtxGetDevice" fn ctx_get_device: unsafe extern "C" fn(*mut i32) -> u32;
+    Cuda c"cuCtxPushCurrent_v2" fn ctx_push_current: unsafe extern "C" fn(*mut c_void) -> u32;
+    Cuda c"cuCtxPopCurrent_v2" fn ctx_pop_current: unsafe extern "C" fn(*mut *mut c_void) -> u32;
+    Cuda c"cuCtxDestroy_v2" fn ctx_destroy: unsafe extern "C" fn(*mut c_void) -> u32;
+    Cuda c"cuDevicePrimaryCtxRelease_v2" fn primary_ctx_release: unsafe extern "C" fn(i32) -> u32;
+    Cuda c"cuMemGetInfo_v2" fn mem_get_info: unsafe extern "C" fn(*mut usize, *mut usize) -> u32;
+    Cuda c"cuMemFree_v2" fn mem_free: unsafe extern "C" fn(u64) -> u32;
+    Cuda c"cuDeviceGetCount" fn device_get_count: unsafe extern "C" fn(*mut i32) -> u32;
+    Cuda c"cuDeviceGetUuid" fn device_get_uuid: unsafe extern "C" fn(*mut [u8; 16], i32) -> u32;
+    Nvml c"nvmlInit_v2" fn nvml_init: unsafe extern "C" fn() -> u32;
+    Nvml c"nvmlDeviceGetHandleByUUID" fn nvml_device_by_uuid: unsafe extern "C" fn(*const c_char, *mut *mut c_void) -> u32;
+    Nvml c"nvmlDeviceGetUUID" fn nvml_device_uuid: unsafe extern "C" fn(*mut c_void, *mut c_char, u32) -> u32;
+    Nvml c"nvmlDeviceGetIndex" fn nvml_device_index: unsafe extern "C" fn(*mut c_void, *mut u32) -> u32;
+    Nvml c"nvmlDeviceGetMemoryInfo" fn nvml_memory_info: unsafe extern "C" fn(*mut c_void, *mut [u64; 3]) -> u32;
+}
