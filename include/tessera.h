@@ -49,6 +49,8 @@
 #define TESSERA_UNLIMITED UINT64_MAX
 /* Offset of slot 0's liveness lock byte (past the end of the file). */
 #define TESSERA_LOCK_BASE ((int64_t)1 << 40)
+/* Offset of the lock byte that serialises context-overhead measurements in a container. */
+#define TESSERA_MEASURE_LOCK (TESSERA_LOCK_BASE + TESSERA_MAX_PROCESSES)
 /* tessera_process_entry.state values. */
 #define TESSERA_SLOT_FREE 0u
 #define TESSERA_SLOT_LIVE 1u

@@ -11,8 +11,8 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
-use tessera_region::layout::LOCK_BASE;
-use tessera_region::{units, OverCap, ProcessSlot, Region, RegionInit, MAX_DEVICES, MAX_PROCESSES};
+use tessera_region::layout::MEASURE_LOCK;
+use tessera_region::{units, OverCap, ProcessSlot, Region, RegionInit, MAX_DEVICES};
 
 /// Per-device memory caps: `None` is unlimited.
 pub(crate) type MemoryCaps = [Option<u64>; MAX_DEVICES];
@@ -277,10 +277,6 @@ impl Container {
     }
 }
 
-/// The byte of the region file whose OFD lock serialises context measurements across the
-/// container: the first past the slots' liveness bytes, so never one of theirs.
-const MEASURE_LOCK_BYTE: i64 = LOCK_BASE + MAX_PROCESSES as i64;
-
 /// How long a measurement waits for another process's before measuring anyway: a process
 /// stopped in the middle of its own must not stop this one for good.
 const MEASURE_LOCK_PATIENCE: Duration = Duration::from_secs(10);
@@ -340,7 +336,7 @@ fn set_lock(file: &std::fs::File, kind: libc::c_int) -> std::io::Result<()> {
     let mut fl: libc::flock = unsafe { std::mem::zeroed() };
     fl.l_type = kind as libc::c_short;
     fl.l_whence = libc::SEEK_SET as libc::c_short;
-    fl.l_start = MEASURE_LOCK_BYTE;
+    fl.l_start = MEASURE_LOCK;
     fl.l_len = 1;
     // SAFETY: the file is open for the borrow; fcntl only reads fl.
     let rc = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_SETLK, &fl) };

@@ -26,6 +26,10 @@ pub const UNLIMITED: u64 = u64::MAX;
 /// Offset of slot 0's liveness byte, locked with an OFD lock: far past the end of the file,
 /// so that a lock never covers data (locks past EOF are allowed and cost nothing).
 pub const LOCK_BASE: i64 = 1 << 40;
+/// Offset of the byte whose OFD lock serialises context-overhead measurements among the
+/// processes of a container (two contexts made at once would each be measured with the
+/// other's memory): the first byte past the slots' liveness bytes.
+pub const MEASURE_LOCK: i64 = LOCK_BASE + MAX_PROCESSES as i64;
 
 /// [`ProcessEntry::state`]: nobody owns the slot.
 pub const SLOT_FREE: u32 = 0;

@@ -34,6 +34,7 @@ fn program() -> String {
     printf("NAME_LEN %u\n", (unsigned)TESSERA_NAME_LEN);
     printf("UNLIMITED %llu\n", (unsigned long long)TESSERA_UNLIMITED);
     printf("LOCK_BASE %lld\n", (long long)TESSERA_LOCK_BASE);
+    printf("MEASURE_LOCK %lld\n", (long long)TESSERA_MEASURE_LOCK);
     printf("SLOT_FREE %u\n", (unsigned)TESSERA_SLOT_FREE);
     printf("SLOT_LIVE %u\n", (unsigned)TESSERA_SLOT_LIVE);
     printf("REGION_SIZE %zu\n", (size_t)TESSERA_REGION_SIZE);
@@ -115,6 +116,7 @@ fn check(output: &str) {
         ("NAME_LEN", layout::NAME_LEN.to_string()),
         ("UNLIMITED", layout::UNLIMITED.to_string()),
         ("LOCK_BASE", layout::LOCK_BASE.to_string()),
+        ("MEASURE_LOCK", layout::MEASURE_LOCK.to_string()),
         ("SLOT_FREE", layout::SLOT_FREE.to_string()),
         ("SLOT_LIVE", layout::SLOT_LIVE.to_string()),
         ("REGION_SIZE", layout::TOTAL_SIZE.to_string()),
