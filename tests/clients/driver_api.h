@@ -16,6 +16,37 @@ typedef struct simgpu_test_module *CUmodule;
 typedef struct simgpu_test_function *CUfunction;
 typedef struct simgpu_test_stream *CUstream;
 typedef struct simgpu_test_event *CUevent;
+typedef unsigned long long CUmemGenericAllocationHandle;
+
+/* Virtual memory management: where a physical allocation lives and who may access it. */
+typedef struct {
+    int type; /* CU_MEM_LOCATION_TYPE_DEVICE */
+    int id;
+} CUmemLocation;
+typedef struct {
+    int type;                   /* CU_MEM_ALLOCATION_TYPE_PINNED */
+    int requested_handle_types; /* none */
+    CUmemLocation location;
+    void *win32_handle_meta_data;
+    struct {
+        unsigned char compression_type;
+        unsigned char gpu_direct_rdma_capable;
+        unsigned short usage;
+        unsigned char reserved[4];
+    } alloc_flags;
+} CUmemAllocationProp;
+typedef struct {
+    CUmemLocation location;
+    int flags; /* CU_MEM_ACCESS_FLAGS_PROT_READWRITE */
+} CUmemAccessDesc;
+enum {
+    CU_MEM_ALLOCATION_TYPE_PINNED = 1,
+    CU_MEM_LOCATION_TYPE_DEVICE = 1,
+    CU_MEM_ACCESS_FLAGS_PROT_READWRITE = 3,
+    CU_MEM_ALLOC_GRANULARITY_MINIMUM = 0,
+    CU_MEM_ATTACH_GLOBAL = 1,
+    CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16,
+};
 
 enum {
     CUDA_SUCCESS = 0,
@@ -73,7 +104,35 @@ enum {
     X(cuEventRecord, "cuEventRecord", 2000, (CUevent event, CUstream stream))                \
     X(cuEventSynchronize, "cuEventSynchronize", 2000, (CUevent event))                       \
     X(cuEventElapsedTime, "cuEventElapsedTime", 2000,                                        \
-      (float *ms, CUevent start, CUevent end))
+      (float *ms, CUevent start, CUevent end))                                               \
+    X(cuDeviceGetName, "cuDeviceGetName", 2000, (char *name, int len, CUdevice device))      \
+    X(cuDeviceGetAttribute, "cuDeviceGetAttribute", 2000,                                    \
+      (int *value, int attribute, CUdevice device))                                          \
+    X(cuDeviceTotalMem_v2, "cuDeviceTotalMem", 3020, (size_t *bytes, CUdevice device))       \
+    X(cuCtxGetDevice, "cuCtxGetDevice", 2000, (CUdevice *device))                            \
+    X(cuMemAllocPitch_v2, "cuMemAllocPitch", 3020,                                           \
+      (CUdeviceptr *dptr, size_t *pitch, size_t width, size_t height, unsigned int elem))   \
+    X(cuMemAllocManaged, "cuMemAllocManaged", 6000,                                          \
+      (CUdeviceptr *dptr, size_t bytes, unsigned int flags))                                 \
+    X(cuMemAllocAsync, "cuMemAllocAsync", 11020,                                             \
+      (CUdeviceptr *dptr, size_t bytes, CUstream stream))                                    \
+    X(cuMemFreeAsync, "cuMemFreeAsync", 11020, (CUdeviceptr dptr, CUstream stream))          \
+    X(cuMemGetAllocationGranularity, "cuMemGetAllocationGranularity", 10020,                 \
+      (size_t *granularity, const CUmemAllocationProp *prop, int option))                    \
+    X(cuMemCreate, "cuMemCreate", 10020,                                                     \
+      (CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,  \
+       unsigned long long flags))                                                            \
+    X(cuMemRelease, "cuMemRelease", 10020, (CUmemGenericAllocationHandle handle))            \
+    X(cuMemAddressReserve, "cuMemAddressReserve", 10020,                                     \
+      (CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr,                   \
+       unsigned long long flags))                                                            \
+    X(cuMemAddressFree, "cuMemAddressFree", 10020, (CUdeviceptr ptr, size_t size))           \
+    X(cuMemMap, "cuMemMap", 10020,                                                           \
+      (CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,    \
+       unsigned long long flags))                                                            \
+    X(cuMemUnmap, "cuMemUnmap", 10020, (CUdeviceptr ptr, size_t size))                       \
+    X(cuMemSetAccess, "cuMemSetAccess", 10020,                                               \
+      (CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count))
 
 /* The entry points, as a table of function pointers filled by each client its own way. */
 struct driver {
@@ -111,6 +170,15 @@ char *read_text_file(const char *path);
 
 /* Fills the table from the library linked with -lcuda (driver_linked.c). */
 void bind_linked_driver(struct driver *d);
+
+/* Fills the table the way this program was built to reach the driver: driver_linked.c
+ * (-lcuda), driver_dlopen.c (dlopen + dlsym) or driver_proc_address.c (cuGetProcAddress_v2;
+ * with CLIENT_PER_THREAD_STREAM=1 in the environment it asks for the per-thread default
+ * stream variants). Returns 0 on success, or reports what failed and returns 1. */
+int bind_driver(struct driver *d);
+
+/* How bind_driver reaches the driver: "linked", "dlopen" or "proc_address". */
+extern const char *const driver_binding;
 
 /* cuInit, device 0, its primary context made current. Returns 0 on success. */
 int open_primary_context(const struct driver *d, CUdevice *device);

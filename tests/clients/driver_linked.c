@@ -10,3 +10,10 @@ void bind_linked_driver(struct driver *d) {
     DRIVER_API(DRIVER_BIND)
 #undef DRIVER_BIND
 }
+
+const char *const driver_binding = "linked";
+
+int bind_driver(struct driver *d) {
+    bind_linked_driver(d);
+    return 0;
+}

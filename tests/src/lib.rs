@@ -5,6 +5,8 @@
 //! - [`compile_client`] compiles a C client from `tests/clients/` with gcc.
 //! - [`run_with_timeout`] runs a program without letting a hang hang the test suite.
 //! - [`timing_lock`] keeps timing-sensitive tests of one binary from running at the same time.
+//! - [`Container`] is one container on a node: its region file, its memory caps, and commands
+//!   that run with `libtessera.so` preloaded.
 
 use serde_json::Value;
 use std::ffi::OsStr;
@@ -17,7 +19,13 @@ use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 /// The packages whose programs the tests run.
-const PACKAGES: [&str; 4] = ["simgpu", "simgpu-cuda", "simgpu-nvml", "tessera-bench"];
+const PACKAGES: [&str; 5] = [
+    "simgpu",
+    "simgpu-cuda",
+    "simgpu-nvml",
+    "tessera-bench",
+    "tessera-intercept",
+];
 
 /// Where the built programs are.
 #[derive(Debug)]
@@ -32,6 +40,8 @@ pub struct Artifacts {
     pub gpuload: PathBuf,
     /// The directory `simgpu lib-dir` names: `libcuda.so.1`, `libnvidia-ml.so.1`, ….
     pub lib_dir: PathBuf,
+    /// The preload library, `libtessera.so`.
+    pub libtessera: PathBuf,
 }
 
 /// The workspace root.
@@ -86,12 +96,19 @@ pub fn artifacts() -> &'static Artifacts {
                 lib_dir.display()
             );
         }
+        let libtessera = profile_dir.join("libtessera.so");
+        assert!(
+            libtessera.exists(),
+            "building tessera-intercept left no {}",
+            libtessera.display()
+        );
         Artifacts {
             profile_dir,
             profile,
             simgpu,
             gpuload,
             lib_dir,
+            libtessera,
         }
     })
 }
@@ -399,34 +416,39 @@ pub fn timing_lock() -> MutexGuard<'static, ()> {
 pub struct Running {
     child: Option<Child>,
     what: String,
+    /// Lines of its stdout, read on a helper thread once [`Running::wait_for_line`] first
+    /// needs them.
+    lines: Option<std::sync::mpsc::Receiver<String>>,
 }
 
 impl Running {
     /// Starts `cmd` with stdout piped (for [`Running::wait_for_line`]) and stderr inherited.
     pub fn spawn(cmd: &mut Command, what: &str) -> Running {
-        let child = cmd
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
-        Running {
-            child: Some(child),
-            what: what.to_string(),
-        }
+        Running::start(cmd, what, Stdio::null(), Stdio::inherit())
     }
 
     /// Starts `cmd` with stdout and stderr piped, to be collected by [`Running::finish`].
     pub fn spawn_captured(cmd: &mut Command, what: &str) -> Running {
+        Running::start(cmd, what, Stdio::null(), Stdio::piped())
+    }
+
+    /// Starts `cmd` with stdin piped too (for [`Running::send_line`]), stdout piped and
+    /// stderr inherited: a client that waits at a step until the test has looked.
+    pub fn spawn_interactive(cmd: &mut Command, what: &str) -> Running {
+        Running::start(cmd, what, Stdio::piped(), Stdio::inherit())
+    }
+
+    fn start(cmd: &mut Command, what: &str, stdin: Stdio, stderr: Stdio) -> Running {
         let child = cmd
-            .stdin(Stdio::null())
+            .stdin(stdin)
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
+            .stderr(stderr)
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
         Running {
             child: Some(child),
             what: what.to_string(),
+            lines: None,
         }
     }
 
@@ -445,33 +467,30 @@ impl Running {
             .flatten()
     }
 
-    /// Reads its stdout until a line starting with `prefix`, returning that line; panics if
-    /// it ends first or `timeout` passes. Reading happens on a helper thread so that a silent
-    /// child cannot block the test past the timeout.
-    pub fn wait_for_line(&mut self, prefix: &str, timeout: Duration) -> String {
-        let stdout = self
+    /// Writes one line to its stdin (started with [`Running::spawn_interactive`]).
+    pub fn send_line(&mut self, line: &str) {
+        use std::io::Write;
+        let stdin = self
             .child
             .as_mut()
             .expect("running")
-            .stdout
-            .take()
-            .expect("stdout is piped and read once");
-        let (tx, rx) = std::sync::mpsc::channel();
-        let prefix_owned = prefix.to_string();
-        std::thread::spawn(move || {
-            use std::io::BufRead;
-            let mut lines = std::io::BufReader::new(stdout).lines();
-            let found = lines
-                .by_ref()
-                .map_while(Result::ok)
-                .find(|l| l.starts_with(&prefix_owned));
-            let _ = tx.send(found);
-            // Keep draining so the child never blocks on a full pipe.
-            for _ in lines {}
-        });
-        match rx.recv_timeout(timeout) {
-            Ok(Some(line)) => line,
-            Ok(None) => {
+            .stdin
+            .as_mut()
+            .expect("stdin is piped: start it with spawn_interactive");
+        stdin
+            .write_all(format!("{line}\n").as_bytes())
+            .and_then(|()| stdin.flush())
+            .unwrap_or_else(|e| panic!("cannot write to {}: {e}", self.what));
+    }
+
+    /// Reads its stdout until a line starting with `prefix`, returning that line (lines
+    /// before it are skipped); panics if it ends first or `timeout` passes. Reading happens
+    /// on a helper thread so that a silent child cannot block the test past the timeout;
+    /// later calls go on from the line after.
+    pub fn wait_for_line(&mut self, prefix: &str, timeout: Duration) -> String {
+        match self.try_wait_for_line(prefix, timeout) {
+            Some(line) => line,
+            None => {
                 let status = self.child.as_mut().and_then(|c| c.wait().ok());
                 panic!(
                     "{} ended without printing `{prefix}` ({})",
@@ -479,7 +498,73 @@ impl Running {
                     status.map(describe).unwrap_or_default()
                 )
             }
-            Err(_) => panic!("{} did not print `{prefix}` within {timeout:?}", self.what),
+        }
+    }
+
+    /// Like [`Running::wait_for_line`], but None if its stdout ends first.
+    pub fn try_wait_for_line(&mut self, prefix: &str, timeout: Duration) -> Option<String> {
+        if self.lines.is_none() {
+            let stdout = self
+                .child
+                .as_mut()
+                .expect("running")
+                .stdout
+                .take()
+                .expect("stdout is piped");
+            let (tx, rx) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                use std::io::BufRead;
+                // Keeps draining after the test stops listening, so the child never blocks
+                // on a full pipe.
+                for line in std::io::BufReader::new(stdout)
+                    .lines()
+                    .map_while(Result::ok)
+                {
+                    let _ = tx.send(line);
+                }
+            });
+            self.lines = Some(rx);
+        }
+        let lines = self.lines.as_ref().expect("set above");
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match lines.recv_timeout(left) {
+                Ok(line) if line.starts_with(prefix) => return Some(line),
+                Ok(_) => {}
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return None,
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                    panic!("{} did not print `{prefix}` within {timeout:?}", self.what)
+                }
+            }
+        }
+    }
+
+    /// Like [`Running::wait_for_line`], then parses the rest of the line after `prefix` as
+    /// JSON.
+    pub fn wait_for_json(&mut self, prefix: &str, timeout: Duration) -> Value {
+        let line = self.wait_for_line(prefix, timeout);
+        let rest = line[prefix.len()..].trim();
+        serde_json::from_str(rest).unwrap_or_else(|e| {
+            panic!(
+                "{} printed `{line}`, whose JSON does not parse: {e}",
+                self.what
+            )
+        })
+    }
+
+    /// Waits up to `timeout` for it to exit by itself; panics (killing it) past that.
+    pub fn wait(&mut self, timeout: Duration) -> ExitStatus {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.try_status() {
+                return status;
+            }
+            if Instant::now() >= deadline {
+                let _ = self.kill();
+                panic!("{} did not exit within {timeout:?}", self.what);
+            }
+            std::thread::sleep(Duration::from_millis(5));
         }
     }
 
@@ -504,4 +589,286 @@ impl Drop for Running {
             let _ = child.wait();
         }
     }
+}
+
+/// One container on a [`SimNode`]: a region file of its own (a fresh temporary path,
+/// removed on drop) and memory caps, applied to every command it builds by preloading
+/// `libtessera.so`, as `controld` would set a container up.
+#[derive(Debug)]
+pub struct Container<'n> {
+    node: &'n SimNode,
+    region: PathBuf,
+    env: Vec<(String, String)>,
+}
+
+impl<'n> Container<'n> {
+    /// A container on `node` with `TESSERA_MEMORY_LIMIT=<limit>` (all devices), or no cap.
+    pub fn new(node: &'n SimNode, limit: Option<&str>) -> Container<'n> {
+        static SEQ: AtomicU64 = AtomicU64::new(0);
+        let region = std::env::temp_dir().join(format!(
+            "tessera-test-{}-{}.region",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_file(&region);
+        let mut container = Container {
+            node,
+            region,
+            env: Vec::new(),
+        };
+        if let Some(limit) = limit {
+            container = container.env("TESSERA_MEMORY_LIMIT", limit);
+        }
+        container
+    }
+
+    /// Adds `TESSERA_MEMORY_LIMIT_<device>=<limit>`.
+    pub fn device_limit(self, device: usize, limit: &str) -> Container<'n> {
+        self.env(&format!("TESSERA_MEMORY_LIMIT_{device}"), limit)
+    }
+
+    /// Adds a variable to every command of this container.
+    pub fn env(mut self, key: &str, value: &str) -> Container<'n> {
+        self.env.push((key.to_string(), value.to_string()));
+        self
+    }
+
+    /// The node it runs on.
+    pub fn node(&self) -> &'n SimNode {
+        self.node
+    }
+
+    /// Its region file (`TESSERA_REGION`); the library creates it on first use.
+    pub fn region(&self) -> &Path {
+        &self.region
+    }
+
+    /// A command for `program` in this container: the node's environment
+    /// ([`SimNode::command`]), `LD_PRELOAD=libtessera.so`, `TESSERA_REGION`, the caps, and no
+    /// `TESSERA_*` inherited from the test's own environment.
+    pub fn command(&self, program: impl AsRef<OsStr>) -> Command {
+        self.command_preloading(program, &[&artifacts().libtessera])
+    }
+
+    /// Like [`Container::command`] with `LD_PRELOAD` set to `preload`, in that order (to put
+    /// another preload library before or after `libtessera.so`).
+    pub fn command_preloading(&self, program: impl AsRef<OsStr>, preload: &[&Path]) -> Command {
+        let mut cmd = self.node.command(program);
+        for (key, _) in std::env::vars_os() {
+            if key.to_string_lossy().starts_with("TESSERA_") {
+                cmd.env_remove(&key);
+            }
+        }
+        let preload = preload
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(":");
+        cmd.env("LD_PRELOAD", preload)
+            .env("TESSERA_REGION", &self.region)
+            .envs(self.env.iter().map(|(k, v)| (k, v)));
+        cmd
+    }
+}
+
+impl Drop for Container<'_> {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.region);
+    }
+}
+
+/// The memory the listed processes hold on `device`, by simgpu's ground truth (a
+/// `simgpu stat --json` document); processes not listed (exited) count zero.
+pub fn processes_memory(stat: &Value, pids: &[u32], device: usize) -> u64 {
+    pids.iter()
+        .filter_map(|&pid| stat_process(stat, pid))
+        .map(|p| json_u64(p, &format!("/devices/{device}/memory")))
+        .sum()
+}
+
+/// Lines a program wrote to stderr that come from `libtessera.so` (they start with
+/// `tessera`).
+pub fn tessera_lines(out: &Output) -> Vec<String> {
+    String::from_utf8_lossy(&out.stderr)
+        .lines()
+        .filter(|l| l.starts_with("tessera"))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Builds `tests/cudarc-client` (a workspace member) once per test binary and returns the
+/// program.
+pub fn cudarc_client() -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let arts = artifacts();
+            let mut build = Command::new(cargo());
+            build
+                .current_dir(workspace_root())
+                .args(["build", "-p", "tessera-cudarc-client"]);
+            cargo_build(
+                &mut build,
+                &arts.profile,
+                "tests/cudarc-client (a workspace member)",
+            );
+            arts.profile_dir.join("cudarc-client")
+        })
+        .clone()
+}
+
+fn imports_cuda_bindings(python: &Path) -> bool {
+    Command::new(python)
+        .args(["-c", "import cuda.bindings.driver"])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// `python3` if it has `cuda-bindings` (as `.ci/run` installs it); otherwise a virtual
+/// environment under the target directory with `tests/requirements.txt` installed, so that
+/// the tests also run on a fresh machine with access to PyPI.
+pub fn python_with_cuda_bindings() -> PathBuf {
+    static FOUND: Mutex<Option<PathBuf>> = Mutex::new(None);
+    // Held while installing: tests of one binary wait for the first to set it up.
+    let mut found = FOUND.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(python) = found.as_ref() {
+        return python.clone();
+    }
+    let system = PathBuf::from("python3");
+    let python = if imports_cuda_bindings(&system) {
+        system
+    } else {
+        install_cuda_bindings(&system)
+    };
+    *found = Some(python.clone());
+    python
+}
+
+fn install_cuda_bindings(system: &Path) -> PathBuf {
+    let target = artifacts()
+        .profile_dir
+        .parent()
+        .expect("target dir")
+        .to_path_buf();
+    let venv = target.join("tessera-python");
+    let python = venv.join("bin/python");
+    if imports_cuda_bindings(&python) {
+        return python;
+    }
+    let out = run_with_timeout(
+        Command::new(system).args(["-m", "venv"]).arg(&venv),
+        Duration::from_secs(300),
+    );
+    assert_success(&out, "python3 -m venv (is python3-venv installed?)");
+    let out = run_with_timeout(
+        Command::new(&python)
+            .args(["-m", "pip", "install", "--quiet", "-r"])
+            .arg(workspace_root().join("tests/requirements.txt")),
+        Duration::from_secs(900),
+    );
+    assert_success(&out, "pip install -r tests/requirements.txt");
+    assert!(
+        imports_cuda_bindings(&python),
+        "cuda-bindings installed but does not import"
+    );
+    python
+}
+
+/// The ways an application reaches the driver, each a client program that speaks the same
+/// modes (`capfill`, `names`, …; see `tests/clients/tessera_client.c`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientKind {
+    /// C, linked with `-lcuda`: symbol interposition.
+    CLinked,
+    /// C, `dlopen("libcuda.so.1")` + `dlsym`.
+    CDlopen,
+    /// C, `cuGetProcAddress_v2` for every entry point (the CUDA runtime's way).
+    CProcAddress,
+    /// Rust on the `cudarc` crate (dynamic loading).
+    Cudarc,
+    /// Python on NVIDIA's `cuda-bindings`.
+    Python,
+}
+
+impl ClientKind {
+    /// Every kind.
+    pub const ALL: [ClientKind; 5] = [
+        ClientKind::CLinked,
+        ClientKind::CDlopen,
+        ClientKind::CProcAddress,
+        ClientKind::Cudarc,
+        ClientKind::Python,
+    ];
+
+    /// The three C kinds, which speak every mode.
+    pub const C: [ClientKind; 3] = [
+        ClientKind::CLinked,
+        ClientKind::CDlopen,
+        ClientKind::CProcAddress,
+    ];
+
+    /// A name for messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            ClientKind::CLinked => "C linked with -lcuda",
+            ClientKind::CDlopen => "C dlopen + dlsym",
+            ClientKind::CProcAddress => "C cuGetProcAddress_v2",
+            ClientKind::Cudarc => "cudarc",
+            ClientKind::Python => "Python cuda-bindings",
+        }
+    }
+
+    /// A command running this client in `mode` (with `args`) in `container`.
+    pub fn command(self, container: &Container<'_>, mode: &str, args: &[&str]) -> Command {
+        let mut cmd = match self {
+            ClientKind::CLinked | ClientKind::CDlopen | ClientKind::CProcAddress => {
+                container.command(tessera_client(self))
+            }
+            ClientKind::Cudarc => container.command(cudarc_client()),
+            ClientKind::Python => {
+                let mut cmd = container.command(python_with_cuda_bindings());
+                cmd.arg(workspace_root().join("tests/clients/cuda_bindings_client.py"));
+                cmd
+            }
+        };
+        cmd.arg(mode).args(args);
+        cmd
+    }
+}
+
+/// `tests/clients/tessera_client.c` built for a C kind (panics for the others).
+pub fn tessera_client(kind: ClientKind) -> PathBuf {
+    let (name, binding, flags): (&str, &str, Vec<String>) = match kind {
+        ClientKind::CLinked => (
+            "tessera_client_linked",
+            "driver_linked.c",
+            vec![
+                format!("-L{}", artifacts().lib_dir.display()),
+                "-lcuda".to_string(),
+            ],
+        ),
+        ClientKind::CDlopen => ("tessera_client_dlopen", "driver_dlopen.c", Vec::new()),
+        ClientKind::CProcAddress => (
+            "tessera_client_proc_address",
+            "driver_proc_address.c",
+            Vec::new(),
+        ),
+        other => panic!("{} is not a C client", other.name()),
+    };
+    let mut flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    flags.extend(["-ldl", "-lpthread"]);
+    compile_client(
+        name,
+        &["tessera_client.c", "driver_common.c", binding],
+        &flags,
+    )
+}
+
+/// `tests/clients/rtld_next_shim.c` built as a preload library.
+pub fn rtld_next_shim() -> PathBuf {
+    compile_client(
+        "librtld_next_shim.so",
+        &["rtld_next_shim.c"],
+        &["-shared", "-fPIC", "-ldl"],
+    )
 }

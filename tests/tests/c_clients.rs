@@ -27,7 +27,7 @@ fn linked_with_lcuda() {
 fn dlopen_and_dlsym() {
     let exe = compile_client(
         "client_dlopen",
-        &["client_dlopen.c", "driver_common.c"],
+        &["client_dlopen.c", "driver_common.c", "driver_dlopen.c"],
         &["-ldl"],
     );
     run_client(&exe, "client_dlopen (dlopen + dlsym)");

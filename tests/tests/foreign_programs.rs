@@ -3,11 +3,9 @@
 //! copying and querying memory.
 
 use serde_json::Value;
-use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 use tessera_tests::{
-    artifacts, assert_success, cargo, cargo_build, json_u64, run_with_timeout, stdout_json,
+    assert_success, json_u64, python_with_cuda_bindings, run_with_timeout, stdout_json,
     workspace_root, SimNode,
 };
 
@@ -43,17 +41,7 @@ fn check_report(doc: &Value, who: &str) {
 
 #[test]
 fn cudarc_client() {
-    let arts = artifacts();
-    let mut build = Command::new(cargo());
-    build
-        .current_dir(workspace_root())
-        .args(["build", "-p", "tessera-cudarc-client"]);
-    cargo_build(
-        &mut build,
-        &arts.profile,
-        "tests/cudarc-client (a workspace member)",
-    );
-    let exe = arts.profile_dir.join("cudarc-client");
+    let exe = tessera_tests::cudarc_client();
 
     let node = SimNode::new("Small:4GiB:8", &[("SIMGPU_CONTEXT_MEMORY", "128MiB")]);
     let out = run_with_timeout(&mut node.command(&exe), Duration::from_secs(60));
@@ -81,48 +69,4 @@ fn python_cuda_bindings_client() {
         json_u64(&doc, "/free_before"),
         "cuMemFree did not give the memory back: {doc}"
     );
-}
-
-fn imports_cuda_bindings(python: &Path) -> bool {
-    Command::new(python)
-        .args(["-c", "import cuda.bindings.driver"])
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
-
-/// `python3` if it has `cuda-bindings` (as `.ci/run` installs it); otherwise a virtual
-/// environment under the target directory with `tests/requirements.txt` installed, so that
-/// the tests also run on a fresh machine with access to PyPI.
-fn python_with_cuda_bindings() -> PathBuf {
-    let system = PathBuf::from("python3");
-    if imports_cuda_bindings(&system) {
-        return system;
-    }
-    let target = artifacts()
-        .profile_dir
-        .parent()
-        .expect("target dir")
-        .to_path_buf();
-    let venv = target.join("tessera-python");
-    let python = venv.join("bin/python");
-    if imports_cuda_bindings(&python) {
-        return python;
-    }
-    let out = run_with_timeout(
-        Command::new(&system).args(["-m", "venv"]).arg(&venv),
-        Duration::from_secs(300),
-    );
-    assert_success(&out, "python3 -m venv (is python3-venv installed?)");
-    let out = run_with_timeout(
-        Command::new(&python)
-            .args(["-m", "pip", "install", "--quiet", "-r"])
-            .arg(workspace_root().join("tests/requirements.txt")),
-        Duration::from_secs(900),
-    );
-    assert_success(&out, "pip install -r tests/requirements.txt");
-    assert!(
-        imports_cuda_bindings(&python),
-        "cuda-bindings installed but does not import"
-    );
-    python
 }

@@ -1,12 +1,25 @@
 //! A program written against `cudarc`, as a Rust application would use it: a context on
 //! device 0, allocations on a stream, host↔device copies, and memory info. Prints one JSON
 //! line of what it saw; exits non-zero (naming the step) on the first failure.
+//!
+//! Modes for the memory-cap tests (the same protocol as `tests/clients/tessera_client.c`):
+//! - `capfill`: fill device 0 to the cap, largest chunks first and down to one byte; print
+//!   `full {json}`, wait for a line on stdin, free one chunk and allocate again; print
+//!   `done {json}`.
+//! - `names`: calls the library does not intercept (name, attribute, count) and three
+//!   allocate/free pairs; print `names {json}`.
 
-use cudarc::driver::{CudaContext, DriverError};
+use cudarc::driver::{result, sys, CudaContext, DriverError};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    match run() {
+    let outcome = match std::env::args().nth(1).as_deref() {
+        None => run(),
+        Some("capfill") => capfill(),
+        Some("names") => names(),
+        Some(other) => Err(format!("unknown mode `{other}`: capfill or names")),
+    };
+    match outcome {
         Ok(report) => {
             println!("{report}");
             ExitCode::SUCCESS
@@ -73,5 +86,95 @@ fn run() -> Result<String, String> {
     Ok(format!(
         "{{\"name\":\"{name}\",\"total_mem\":{total_mem},\"total\":{total},\"free_before\":{free_before},\
          \"free_during\":{free_during},\"free_after\":{free_after},\"bytes\":{bytes},\"verified\":true}}"
+    ))
+}
+
+/// The driver's result code of a call, 0 for success.
+fn code(r: &Result<impl Sized, DriverError>) -> u32 {
+    match r {
+        Ok(_) => 0,
+        Err(e) => e.0 as u32,
+    }
+}
+
+fn is_oom(e: &DriverError) -> bool {
+    e.0 == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY
+}
+
+fn capfill() -> Result<String, String> {
+    let ctx = CudaContext::new(0).map_err(step("CudaContext::new(0)"))?;
+    let device_total = ctx.total_mem().map_err(step("total memory"))?;
+    let (free_before, total_before) = result::mem_get_info().map_err(step("mem_get_info"))?;
+    let mut chunks: Vec<(sys::CUdeviceptr, usize)> = Vec::new();
+    // A start that is no power of two: reaching the cap exactly needs every size down to 1.
+    let mut chunk = 100_000_000usize;
+    while chunk >= 1 {
+        loop {
+            // SAFETY: the memory is only allocated and freed, never read.
+            match unsafe { result::malloc_sync(chunk) } {
+                Ok(p) => chunks.push((p, chunk)),
+                Err(e) if is_oom(&e) => break,
+                Err(e) => return Err(format!("cuMemAlloc_v2 while filling: {e:?}")),
+            }
+        }
+        chunk /= 2;
+    }
+    let allocated: usize = chunks.iter().map(|c| c.1).sum();
+    let (free_full, total_full) = result::mem_get_info().map_err(step("mem_get_info full"))?;
+    // SAFETY: as above.
+    let extra = unsafe { result::malloc_sync(1) };
+    println!(
+        "full {{\"pid\":{},\"binding\":\"cudarc\",\"allocated\":{allocated},\"allocations\":{},\
+         \"free_before\":{free_before},\"total_before\":{total_before},\"device_total\":{device_total},\
+         \"free_full\":{free_full},\"total_full\":{total_full},\"one_more_rc\":{}}}",
+        std::process::id(),
+        chunks.len(),
+        code(&extra)
+    );
+    let mut line = String::new();
+    let _ = std::io::stdin().read_line(&mut line);
+
+    let (first, freed) = chunks[0];
+    // SAFETY: `first` came from malloc_sync and is freed once.
+    unsafe { result::free_sync(first) }.map_err(step("cuMemFree_v2"))?;
+    let (free_after_free, _) = result::mem_get_info().map_err(step("mem_get_info"))?;
+    // SAFETY: as above.
+    let refill = unsafe { result::malloc_sync(freed) };
+    // SAFETY: as above.
+    let again = unsafe { result::malloc_sync(1) };
+    let (free_refilled, _) = result::mem_get_info().map_err(step("mem_get_info"))?;
+    let rest = chunks[1..].iter().map(|c| c.0);
+    for p in rest
+        .chain(refill.iter().copied())
+        .chain(extra.iter().copied())
+        .chain(again.iter().copied())
+    {
+        // SAFETY: each pointer came from malloc_sync and is freed once.
+        unsafe { result::free_sync(p) }.map_err(step("cuMemFree_v2"))?;
+    }
+    let (free_all_freed, _) = result::mem_get_info().map_err(step("mem_get_info"))?;
+    Ok(format!(
+        "done {{\"freed\":{freed},\"free_after_free\":{free_after_free},\"refill_rc\":{},\
+         \"one_more_rc\":{},\"free_refilled\":{free_refilled},\"free_all_freed\":{free_all_freed}}}",
+        code(&refill),
+        code(&again)
+    ))
+}
+
+fn names() -> Result<String, String> {
+    let ctx = CudaContext::new(0).map_err(step("CudaContext::new(0)"))?;
+    let name = ctx.name().map_err(step("device name"))?;
+    let sms = ctx
+        .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+        .map_err(step("multiprocessor count"))?;
+    let count = result::device::get_count().map_err(step("device count"))?;
+    for _ in 0..3 {
+        // SAFETY: the memory is only allocated and freed.
+        let p = unsafe { result::malloc_sync(4096) }.map_err(step("cuMemAlloc_v2"))?;
+        // SAFETY: p came from malloc_sync and is freed once.
+        unsafe { result::free_sync(p) }.map_err(step("cuMemFree_v2"))?;
+    }
+    Ok(format!(
+        "names {{\"binding\":\"cudarc\",\"name\":\"{name}\",\"sms\":{sms},\"count\":{count}}}"
     ))
 }

@@ -1,0 +1,296 @@
+//! What `libtessera.so` adds to a driver call: each benchmark calls the same entry point
+//! once through the library's export and once in simgpu's `libcuda.so.1` directly, in the
+//! same process, so the difference of the two medians is the library's cost.
+//!
+//! Run with `cargo bench -p tessera-bench --bench hooks`. The benchmark builds what it needs
+//! (simgpu's libraries and libtessera.so, in the bench's own profile), then re-executes
+//! itself with `LD_LIBRARY_PATH` naming simgpu's library directory, because that is how
+//! libtessera.so finds the real driver (`libcuda.so.1`) and the dynamic loader reads the
+//! variable only at start-up. The node is private (`SIMGPU_STATE` in a temporary file) and
+//! the container is anonymous with a 64 GiB cap, so the accounting path runs in full.
+//!
+//! The launch benchmark launches a null function: the driver refuses it at once, so the
+//! figure is the wrapper's own cost rather than the simulated kernel's.
+
+use criterion::{criterion_group, BenchmarkId, Criterion};
+use std::ffi::{c_char, c_int, c_uint, c_void, CStr, CString};
+use std::hint::black_box;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::ptr::null_mut;
+
+/// Set in the re-executed benchmark.
+const CHILD: &str = "TESSERA_BENCH_WITH_DRIVER_ENV";
+
+type Result = u32;
+type LaunchKernel = unsafe extern "C" fn(
+    *mut c_void,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    *mut c_void,
+    *mut *mut c_void,
+    *mut *mut c_void,
+) -> Result;
+type MemAlloc = unsafe extern "C" fn(*mut u64, usize) -> Result;
+type MemFree = unsafe extern "C" fn(u64) -> Result;
+type MemGetInfo = unsafe extern "C" fn(*mut usize, *mut usize) -> Result;
+type Dlsym = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
+type GetProcAddress =
+    unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64, *mut c_int) -> Result;
+type Init = unsafe extern "C" fn(c_uint) -> Result;
+type DeviceGet = unsafe extern "C" fn(*mut c_int, c_int) -> Result;
+type PrimaryCtxRetain = unsafe extern "C" fn(*mut *mut c_void, c_int) -> Result;
+type CtxSetCurrent = unsafe extern "C" fn(*mut c_void) -> Result;
+
+/// One library, opened with `dlopen`.
+struct Library {
+    handle: *mut c_void,
+    name: String,
+}
+
+// SAFETY: a dlopen handle is a process-wide token that dlsym accepts from any thread; the
+// library stays loaded for the life of the process (never dlclosed).
+unsafe impl Send for Library {}
+// SAFETY: as above; the handle is only read.
+unsafe impl Sync for Library {}
+
+impl Library {
+    fn open(path: &Path) -> Library {
+        let c = CString::new(path.as_os_str().as_encoded_bytes()).expect("a path without NUL");
+        // SAFETY: dlopen of a library built by this workspace; its constructors are ours.
+        let handle = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+        assert!(!handle.is_null(), "dlopen({}) failed", path.display());
+        Library {
+            handle,
+            name: path.display().to_string(),
+        }
+    }
+
+    /// The symbol as a function of type `F` (a function pointer type the caller names).
+    fn get<F: Copy>(&self, symbol: &str) -> F {
+        assert_eq!(std::mem::size_of::<F>(), std::mem::size_of::<*mut c_void>());
+        let c = CString::new(symbol).expect("a symbol without NUL");
+        // SAFETY: dlsym on a live handle.
+        let p = unsafe { libc::dlsym(self.handle, c.as_ptr()) };
+        assert!(!p.is_null(), "{} has no {symbol}", self.name);
+        // SAFETY: F is a function pointer type of the same size, naming the symbol's own
+        // signature (declared above from the driver API).
+        unsafe { std::mem::transmute_copy(&p) }
+    }
+}
+
+/// Where the built libraries are: target/<profile>, the bench executable's grandparent.
+fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("the bench has a path");
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("bench executables live in target/<profile>/deps")
+        .to_path_buf()
+}
+
+/// Builds simgpu's libraries and libtessera.so in the bench's profile, then re-executes
+/// this benchmark with the driver's environment. Returns only in the re-executed process.
+fn reexec_with_driver_env() {
+    if std::env::var_os(CHILD).is_some() {
+        return;
+    }
+    let dir = profile_dir();
+    let profile = match dir.file_name().and_then(|n| n.to_str()) {
+        Some("debug") => "dev".to_string(),
+        Some(name) => name.to_string(),
+        None => "release".to_string(),
+    };
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("bench/ lives in the workspace");
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let status = Command::new(cargo)
+        .current_dir(workspace)
+        .args(["build", "--profile", &profile])
+        .args(["-p", "simgpu", "-p", "simgpu-cuda", "-p", "simgpu-nvml"])
+        .args(["-p", "tessera-intercept"])
+        .status()
+        .expect("run cargo build");
+    assert!(status.success(), "building the libraries failed");
+    let out = Command::new(dir.join("simgpu"))
+        .arg("lib-dir")
+        .output()
+        .expect("run simgpu lib-dir");
+    assert!(out.status.success(), "simgpu lib-dir failed");
+    let lib_dir = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let state = std::env::temp_dir().join(format!("tessera-bench-{}.state", std::process::id()));
+    let err = Command::new(std::env::current_exe().expect("the bench has a path"))
+        .args(std::env::args_os().skip(1))
+        .env(CHILD, "1")
+        .env("LD_LIBRARY_PATH", &lib_dir)
+        .env("SIMGPU_STATE", &state)
+        .env("SIMGPU_DEVICES", "H100-80GB")
+        .env("TESSERA_MEMORY_LIMIT", "64GiB")
+        .env_remove("TESSERA_REGION")
+        .env_remove("TESSERA_DEBUG_COUNTERS")
+        .env_remove("LD_PRELOAD")
+        .exec();
+    panic!("re-executing the benchmark failed: {err}");
+}
+
+struct Libraries {
+    driver: Library,
+    tessera: Library,
+}
+
+fn libraries() -> &'static Libraries {
+    static LIBS: std::sync::OnceLock<Libraries> = std::sync::OnceLock::new();
+    LIBS.get_or_init(|| {
+        let dir = profile_dir();
+        let driver = Library::open(&dir.join("simgpu-lib/libcuda.so.1"));
+        let tessera = Library::open(&dir.join("libtessera.so"));
+        // A current context on device 0, through the driver directly, so that both sides
+        // measure the same state. (libtessera counts its own context on its first hooked
+        // call; that happens once, in warm-up.)
+        let init: Init = driver.get("cuInit");
+        let device_get: DeviceGet = driver.get("cuDeviceGet");
+        let retain: PrimaryCtxRetain = tessera.get("cuDevicePrimaryCtxRetain");
+        let set_current: CtxSetCurrent = driver.get("cuCtxSetCurrent");
+        let mut dev = 0;
+        let mut ctx = null_mut();
+        // SAFETY: driver calls with valid out-pointers.
+        unsafe {
+            assert_eq!(init(0), 0, "cuInit");
+            assert_eq!(device_get(&mut dev, 0), 0, "cuDeviceGet");
+            assert_eq!(retain(&mut ctx, dev), 0, "cuDevicePrimaryCtxRetain");
+            assert_eq!(set_current(ctx), 0, "cuCtxSetCurrent");
+        }
+        Libraries { driver, tessera }
+    })
+}
+
+/// The two sides of every comparison.
+fn sides() -> [(&'static str, &'static Library); 2] {
+    let l = libraries();
+    [("simgpu", &l.driver), ("libtessera", &l.tessera)]
+}
+
+fn launch(c: &mut Criterion) {
+    let mut g = c.benchmark_group("cuLaunchKernel");
+    for (side, lib) in sides() {
+        let f: LaunchKernel = lib.get("cuLaunchKernel");
+        g.bench_function(BenchmarkId::from_parameter(side), |b| {
+            b.iter(|| {
+                // SAFETY: a null function is refused by the driver before anything runs.
+                black_box(unsafe {
+                    f(
+                        black_box(null_mut()),
+                        1,
+                        1,
+                        1,
+                        1,
+                        1,
+                        1,
+                        0,
+                        null_mut(),
+                        null_mut(),
+                        null_mut(),
+                    )
+                })
+            })
+        });
+    }
+    g.finish();
+}
+
+fn alloc_free(c: &mut Criterion) {
+    let mut g = c.benchmark_group("cuMemAlloc_v2+cuMemFree_v2");
+    for (side, lib) in sides() {
+        let alloc: MemAlloc = lib.get("cuMemAlloc_v2");
+        let free: MemFree = lib.get("cuMemFree_v2");
+        g.bench_function(BenchmarkId::from_parameter(side), |b| {
+            b.iter(|| {
+                let mut p = 0u64;
+                // SAFETY: a valid out-pointer; the allocation is freed at once.
+                unsafe {
+                    assert_eq!(alloc(&mut p, black_box(1 << 20)), 0);
+                    assert_eq!(free(p), 0);
+                }
+            })
+        });
+    }
+    g.finish();
+}
+
+fn mem_get_info(c: &mut Criterion) {
+    let mut g = c.benchmark_group("cuMemGetInfo_v2");
+    for (side, lib) in sides() {
+        let info: MemGetInfo = lib.get("cuMemGetInfo_v2");
+        g.bench_function(BenchmarkId::from_parameter(side), |b| {
+            b.iter(|| {
+                let (mut free, mut total) = (0usize, 0usize);
+                // SAFETY: valid out-pointers.
+                black_box(unsafe { info(&mut free, &mut total) })
+            })
+        });
+    }
+    g.finish();
+}
+
+fn dlsym_routing(c: &mut Criterion) {
+    let libs = libraries();
+    let routed: Dlsym = libs.tessera.get("dlsym");
+    let real: Dlsym = libc::dlsym;
+    let handle = libs.driver.handle;
+    let mut g = c.benchmark_group("dlsym");
+    for (name, symbol) in [
+        ("hooked", c"cuMemAlloc_v2"),
+        ("unhooked", c"cuDeviceGetName"),
+    ] {
+        for (side, f) in [("real", real), ("libtessera", routed)] {
+            g.bench_function(BenchmarkId::new(name, side), |b| {
+                // SAFETY: dlsym on a live handle with a NUL-terminated name.
+                b.iter(|| black_box(unsafe { f(black_box(handle), black_box(symbol.as_ptr())) }))
+            });
+        }
+    }
+    g.finish();
+}
+
+fn get_proc_address(c: &mut Criterion) {
+    let mut g = c.benchmark_group("cuGetProcAddress_v2");
+    let symbol: &CStr = c"cuMemAlloc";
+    for (side, lib) in sides() {
+        let get: GetProcAddress = lib.get("cuGetProcAddress_v2");
+        g.bench_function(BenchmarkId::from_parameter(side), |b| {
+            b.iter(|| {
+                let mut fp = null_mut();
+                let mut status = 0;
+                // SAFETY: valid out-pointers and a NUL-terminated name.
+                black_box(unsafe {
+                    get(black_box(symbol.as_ptr()), &mut fp, 12000, 0, &mut status)
+                })
+            })
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(
+    benches,
+    launch,
+    alloc_free,
+    mem_get_info,
+    dlsym_routing,
+    get_proc_address
+);
+
+fn main() {
+    reexec_with_driver_env();
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+    if let Some(state) = std::env::var_os("SIMGPU_STATE") {
+        let _ = std::fs::remove_file(state);
+    }
+}

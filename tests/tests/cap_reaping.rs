@@ -1,0 +1,79 @@
+//! Acceptance 3: a process of a container holding 512 MiB is killed with SIGKILL (no exit
+//! handler runs); the container can allocate that memory again within a second.
+
+use std::time::{Duration, Instant};
+use tessera_region::Region;
+use tessera_tests::{ClientKind, Container, Running, SimNode};
+
+const GIB: u64 = 1 << 30;
+const MIB: u64 = 1 << 20;
+
+/// Starts `hold <bytes>` in the container: Ok once it printed ready, Err(what it printed)
+/// if it exited instead.
+pub fn try_hold(container: &Container<'_>, bytes: u64) -> Result<Running, String> {
+    let mut cmd = ClientKind::CLinked.command(container, "hold", &[&bytes.to_string()]);
+    let mut p = Running::spawn_captured(&mut cmd, "hold");
+    match p.try_wait_for_line("ready", Duration::from_secs(30)) {
+        Some(_) => Ok(p),
+        None => {
+            let out = p.finish(Duration::from_secs(10));
+            Err(format!(
+                "{}: {}",
+                tessera_tests::describe(out.status),
+                String::from_utf8_lossy(&out.stderr).trim()
+            ))
+        }
+    }
+}
+
+#[test]
+fn a_killed_process_memory_is_back_within_a_second() {
+    let _serial = tessera_tests::timing_lock();
+    let node = SimNode::new("Small:4GiB:8", &[("SIMGPU_CONTEXT_MEMORY", "128MiB")]);
+    let container = Container::new(&node, Some("1GiB"));
+    let mut holder = try_hold(&container, 512 * MIB).expect("the first 512 MiB fit");
+    let victim = holder.pid();
+
+    // The cap is in force: a second 512 MiB (plus its context) does not fit beside it.
+    let refused = try_hold(&container, 512 * MIB);
+    let err = refused
+        .as_ref()
+        .err()
+        .unwrap_or_else(|| panic!("a second 512 MiB fit under a 1 GiB cap beside the first"));
+    assert!(
+        err.contains("CUDA_ERROR_OUT_OF_MEMORY"),
+        "the second holder should fail with OUT_OF_MEMORY: {err}"
+    );
+
+    holder.kill();
+    let killed = Instant::now();
+    let mut attempts = 0;
+    let _again = loop {
+        attempts += 1;
+        match try_hold(&container, 512 * MIB) {
+            Ok(p) => break p,
+            Err(e) => assert!(
+                killed.elapsed() < Duration::from_secs(1),
+                "1 s after SIGKILL the container still cannot allocate 512 MiB ({attempts} \
+                 attempts); last: {e}"
+            ),
+        }
+    };
+    let took = killed.elapsed();
+    assert!(
+        took < Duration::from_secs(1),
+        "allocating again took {took:?} after the SIGKILL"
+    );
+    let region = Region::open(container.region()).expect("open the region");
+    let pids: Vec<u32> = region.processes().iter().map(|p| p.pid).collect();
+    assert!(
+        !pids.contains(&victim),
+        "the killed process (pid {victim}) still holds a slot: {pids:?}"
+    );
+    assert_eq!(
+        region.memory_used(0),
+        512 * MIB + 128 * MIB,
+        "the region should count only the new holder (512 MiB + its context)"
+    );
+    assert!(region.memory_used(0) <= GIB);
+}
