@@ -1,0 +1,99 @@
+//! What `controld status` shows and the metrics export: the node at one moment. Sent over the
+//! control socket as JSON, so every field is plain data.
+
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+/// The node at one moment.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct NodeStatus {
+    /// When, in milliseconds since the Unix epoch.
+    pub taken_unix_ms: u64,
+    /// The GPUs of the node, as NVML sees them.
+    pub gpus: Vec<GpuStatus>,
+    /// The containers controld manages.
+    pub containers: Vec<ContainerStatus>,
+    /// Processes on a GPU that belong to no container (found by the watchdog).
+    pub unmanaged: Vec<UnmanagedProcess>,
+}
+
+/// One GPU.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct GpuStatus {
+    /// NVML index.
+    pub index: u32,
+    /// Marketing name.
+    pub name: String,
+    /// `GPU-…` UUID.
+    pub uuid: String,
+    /// Device memory in bytes.
+    pub memory_total: u64,
+    /// Device memory in use by every process, in bytes.
+    pub memory_used: u64,
+    /// Engine utilization over the last sample period, when NVML gives one.
+    pub utilization_percent: Option<f64>,
+}
+
+/// One container.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ContainerStatus {
+    /// Its name.
+    pub name: String,
+    /// Its compute policy, as written in the config (`fixed:30`, `burst:50`, `best-effort`).
+    pub compute: String,
+    /// `online` or `offline`.
+    pub priority: String,
+    /// Its region file.
+    pub region: PathBuf,
+    /// Per GPU it may use.
+    pub devices: Vec<ContainerDevice>,
+    /// Its live processes.
+    pub processes: Vec<ContainerProcess>,
+    /// What is wrong with it (a bypassed cap, a quarantined region), for people to read.
+    pub problems: Vec<String>,
+}
+
+/// A container on one GPU.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ContainerDevice {
+    /// NVML index of the GPU.
+    pub gpu: u32,
+    /// Memory the container's processes hold, by its region's count.
+    pub memory_used: u64,
+    /// Its cap; `None` is unlimited.
+    pub memory_cap: Option<u64>,
+    /// Memory its processes really hold, by NVML (the watchdog's figure).
+    pub real_memory_used: Option<u64>,
+    /// The share of GPU time it should get, 0–1.
+    pub share_target: Option<f64>,
+    /// The share of GPU time it got over the last period, 0–1.
+    pub share_measured: Option<f64>,
+    /// Time its launches waited for tokens, in nanoseconds.
+    pub throttled_ns: u64,
+    /// How often online work preempted it.
+    pub preemptions: u64,
+}
+
+/// A live process of a container.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ContainerProcess {
+    /// Its slot in the region.
+    pub slot: usize,
+    /// Its pid in the container's pid namespace.
+    pub pid: u32,
+    /// Its pid(s) on the host: processes that map the region file.
+    pub host_pids: Vec<u32>,
+    /// Memory it holds, per device of the region.
+    pub memory: Vec<u64>,
+}
+
+/// A process on a GPU outside every container.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct UnmanagedProcess {
+    /// NVML index of the GPU.
+    pub gpu: u32,
+    /// Host pid.
+    pub pid: u32,
+    /// Memory it holds on that GPU, in bytes.
+    pub memory: u64,
+}
