@@ -155,6 +155,8 @@ impl Context {
     /// its handle, to be made active again by the next retain, as with the driver.
     fn deactivate(self: &Arc<Self>) {
         let _ = exec::synchronize_context(self);
+        // While the context is still usable: the runtime frees its state for it.
+        crate::export_table::forget_context(self);
         if self.destroyed.swap(true, Relaxed) {
             return;
         }

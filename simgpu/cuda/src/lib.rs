@@ -13,6 +13,7 @@ mod device;
 mod error;
 mod event;
 mod exec;
+mod export_table;
 mod graph;
 mod init;
 mod launch;

@@ -351,6 +351,26 @@ fn own_symbol(symbol: &str) -> Option<*mut c_void> {
     (!p.is_null()).then_some(p)
 }
 
+/// When set to a file name, every request is appended to that file as a line
+/// `<version> <flags> <name> <symbol>` (`-` for a request that does not resolve): the record
+/// of what a program, like NVIDIA's runtime, asks the driver for.
+const ENV_TRACE: &str = "SIMGPU_TRACE_PROC_ADDRESS";
+
+fn trace(name: &str, version: c_int, flags: u64, symbol: Option<&str>) {
+    static FILE: OnceLock<Option<std::ffi::OsString>> = OnceLock::new();
+    let Some(path) = FILE.get_or_init(|| std::env::var_os(ENV_TRACE)) else {
+        return;
+    };
+    let line = format!("{version} {flags} {name} {}\n", symbol.unwrap_or("-"));
+    // One write of one short line to a file opened for appending: lines of concurrent
+    // callers do not interleave.
+    let _ = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .and_then(|mut f| std::io::Write::write_all(&mut f, line.as_bytes()));
+}
+
 /// Both revisions of `cuGetProcAddress`.
 ///
 /// # Safety
@@ -371,10 +391,19 @@ unsafe fn get_proc_address(
     // SAFETY: symbol is non-null and NUL-terminated, by the contract.
     let name = unsafe { CStr::from_ptr(symbol) }.to_str().unwrap_or("");
     let version = u32::try_from(cuda_version).unwrap_or(0);
-    let found = resolve(TABLE, name, version, flags == PER_THREAD_DEFAULT_STREAM)
-        .and_then(|s| own_symbol(s).ok_or(QueryResult::SymbolNotFound));
+    let found = resolve(TABLE, name, version, flags == PER_THREAD_DEFAULT_STREAM).and_then(|s| {
+        own_symbol(s)
+            .map(|p| (s, p))
+            .ok_or(QueryResult::SymbolNotFound)
+    });
+    trace(
+        name,
+        cuda_version,
+        flags,
+        found.as_ref().ok().map(|(s, _)| *s),
+    );
     let (result, outcome) = match found {
-        Ok(p) => {
+        Ok((_, p)) => {
             // SAFETY: as above.
             unsafe { pfn.write(p) };
             (QueryResult::Success, Ok(()))
@@ -403,15 +432,6 @@ cuda_entry! {
     ) {
         // SAFETY: as above; CUdriverProcAddressQueryResult is an int-sized enum.
         unsafe { get_proc_address(symbol, pfn, cuda_version, flags, symbol_status.cast()) }
-    }
-
-    /// The runtime's private tables are not provided.
-    fn cuGetExportTable(table: *mut *const c_void, _id: *const c_void) {
-        if !table.is_null() {
-            // SAFETY: non-null, and valid for a write of a pointer by the contract.
-            unsafe { table.write(std::ptr::null()) };
-        }
-        Err(code::NOT_SUPPORTED)
     }
 
     fn cuProfilerInitialize(_config: *const c_char, _output: *const c_char, _mode: c_int) {

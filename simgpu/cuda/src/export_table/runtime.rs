@@ -1,0 +1,126 @@
+//! The runtime's own interface to the driver: loading the fat binaries a program registered,
+//! and reaching a device's primary context; with it, the runtime's private way to create a
+//! context and the checks it makes of a context.
+
+use super::{index, slot, unknown, Table, NONE};
+use crate::ffi::{code, CUcontext, CUdevice, CUmodule, CUresult, DriverResult};
+use std::ffi::c_void;
+
+/// The runtime interface.
+pub(super) static RUNTIME: Table<10> = {
+    const T: usize = index::RUNTIME;
+    Table::sized([
+        NONE,
+        // 1: a module from a registered fat binary wrapper (the oldest form).
+        load_from_wrapper as *const c_void,
+        // 2: the device's primary context, for the runtime to make current.
+        primary_context as *const c_void,
+        unknown::<T, 3>(),
+        unknown::<T, 4>(),
+        unknown::<T, 5>(),
+        // 6: a module from a fat binary wrapper, with loading options.
+        load_from_wrapper_with_options as *const c_void,
+        // 7: a notice from the runtime (11.8 gives it as it unregisters a fat binary);
+        //    nothing to do here.
+        acknowledge as *const c_void,
+        // 8: a module from a bare fat binary, with loading options.
+        load_from_fatbin_with_options as *const c_void,
+        unknown::<T, 9>(),
+    ])
+};
+
+/// Loads a module from any image `cuModuleLoadData` accepts (a fat binary wrapper or a fat
+/// binary: PTX inside is what runs here).
+fn load(out: *mut CUmodule, image: *const c_void) -> DriverResult {
+    if out.is_null() || image.is_null() {
+        return Err(code::INVALID_VALUE);
+    }
+    // SAFETY: `out` is a writable module handle and `image` a fat binary (or its wrapper),
+    // as the runtime passes them.
+    match unsafe { crate::module::cuModuleLoadData(out, image) } {
+        code::SUCCESS => Ok(()),
+        e => Err(e),
+    }
+}
+
+unsafe extern "C" fn load_from_wrapper(out: *mut CUmodule, wrapper: *const c_void) -> CUresult {
+    slot(|| load(out, wrapper))
+}
+
+/// The options (two pointers and a count, seen null and zero) are not needed: nothing is
+/// compiled here.
+unsafe extern "C" fn load_from_wrapper_with_options(
+    out: *mut CUmodule,
+    wrapper: *const c_void,
+    _options: *mut c_void,
+    _values: *mut c_void,
+    _count: u32,
+) -> CUresult {
+    slot(|| load(out, wrapper))
+}
+
+/// Like [`load_from_wrapper_with_options`], with the fat binary first and the result second.
+unsafe extern "C" fn load_from_fatbin_with_options(
+    fatbin: *const c_void,
+    out: *mut CUmodule,
+    _options: *mut c_void,
+    _values: *mut c_void,
+    _count: u32,
+) -> CUresult {
+    slot(|| load(out, fatbin))
+}
+
+/// The primary context's handle. The runtime asks for it while it enumerates devices, and
+/// retains the context itself (and releases it once at exit) when it first uses the device:
+/// so the handle is made to exist (simgpu keeps a primary context's handle for good) but the
+/// context is left as retained as it was.
+unsafe extern "C" fn primary_context(pctx: *mut CUcontext, dev: CUdevice) -> CUresult {
+    // SAFETY: a writable context handle, as the runtime passes it.
+    match unsafe { crate::context::cuDevicePrimaryCtxRetain(pctx, dev) } {
+        // SAFETY: no arguments beyond the device just retained.
+        code::SUCCESS => unsafe { crate::context::cuDevicePrimaryCtxRelease_v2(dev) },
+        e => e,
+    }
+}
+
+unsafe extern "C" fn acknowledge(_value: usize) -> CUresult {
+    code::SUCCESS
+}
+
+/// The runtime's private way to create a context (the same as `cuCtxCreate_v2`).
+pub(super) static CONTEXT_CREATE: Table<2> = Table::sized([NONE, create_context as *const c_void]);
+
+unsafe extern "C" fn create_context(pctx: *mut CUcontext, flags: u32, dev: CUdevice) -> CUresult {
+    // SAFETY: a writable context handle, as the runtime passes it.
+    unsafe { crate::context::cuCtxCreate_v2(pctx, flags, dev) }
+}
+
+/// Checks the runtime makes of a context before using it.
+pub(super) static CONTEXT_CHECKS: Table<4> = {
+    const T: usize = index::CONTEXT_CHECKS;
+    Table::sized([
+        NONE,
+        unknown::<T, 1>(),
+        // 2: whether the context is in a state the runtime must treat specially; never here.
+        context_state as *const c_void,
+        // 3: a process-wide condition of the same kind; never here.
+        process_state as *const c_void,
+    ])
+};
+
+unsafe extern "C" fn context_state(
+    _ctx: CUcontext,
+    state: *mut u32,
+    _detail: *mut *const c_void,
+) -> CUresult {
+    if state.is_null() {
+        return code::INVALID_VALUE;
+    }
+    // SAFETY: non-null, and a writable 32-bit word as the runtime passes it.
+    unsafe { state.write(0) };
+    code::SUCCESS
+}
+
+unsafe extern "C" fn process_state() -> u32 {
+    0
+}

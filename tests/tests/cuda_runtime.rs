@@ -1,0 +1,466 @@
+//! NVIDIA's own CUDA runtime, `libcudart`, on simgpu and under `libtessera.so`: the path
+//! nearly every CUDA application takes to the driver (`dlopen("libcuda.so.1")`, then
+//! `cuGetProcAddress` for everything, and the driver's private export tables).
+//!
+//! The runtimes come from the PyPI wheels `nvidia-cuda-runtime-cu12` (shared and static
+//! 12.x) and `nvidia-cuda-runtime-cu11` (shared 11.8), installed from
+//! `tests/requirements.txt`. The client, `tests/clients/cudart_client.c`, is compiled
+//! against each and registers, as nvcc's generated code would, a fat binary wrapping the PTX
+//! of the test kernels.
+
+use serde_json::Value;
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::Mutex;
+use std::time::Duration;
+use tessera_tests::{
+    artifacts, assert_success, compile_client, json_u64, kernels_ptx, python_with_cuda_bindings,
+    run_with_timeout, workspace_root, Container, SimNode,
+};
+
+const GIB: u64 = 1 << 30;
+const MIB: u64 = 1 << 20;
+/// Each context's device memory on the test nodes.
+const CONTEXT: u64 = 64 * MIB;
+/// The spin kernel's time in the first acceptance test.
+const SPIN_NS: u64 = 200_000_000;
+
+/// One build of NVIDIA's runtime.
+#[derive(Debug, Clone, Copy)]
+enum Runtime {
+    /// `libcudart.so.12`.
+    Shared12,
+    /// `libcudart_static.a` (12.x), linked into the program.
+    Static12,
+    /// `libcudart.so.11.0` (11.8).
+    Shared11,
+}
+
+impl Runtime {
+    fn name(self) -> &'static str {
+        match self {
+            Runtime::Shared12 => "libcudart.so.12",
+            Runtime::Static12 => "libcudart_static.a (12)",
+            Runtime::Shared11 => "libcudart.so.11.0 (11.8)",
+        }
+    }
+
+    /// The runtime's major version, as `cudaRuntimeGetVersion` reports it (÷ 1000).
+    fn major(self) -> u64 {
+        match self {
+            Runtime::Shared12 | Runtime::Static12 => 12,
+            Runtime::Shared11 => 11,
+        }
+    }
+
+    /// The client, built against this runtime.
+    fn client(self) -> PathBuf {
+        let lib = runtime_lib_dir();
+        let file = |name: &str| lib.join(name).display().to_string();
+        let rpath = format!("-Wl,-rpath,{}", lib.display());
+        let (name, flags) = match self {
+            Runtime::Shared12 => ("cudart_client_12", vec![file("libcudart.so.12"), rpath]),
+            Runtime::Static12 => (
+                "cudart_client_12_static",
+                vec![
+                    file("libcudart_static.a"),
+                    "-lpthread".into(),
+                    "-ldl".into(),
+                    "-lrt".into(),
+                ],
+            ),
+            Runtime::Shared11 => ("cudart_client_11", vec![file("libcudart.so.11.0"), rpath]),
+        };
+        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+        compile_client(name, &["cudart_client.c"], &flags)
+    }
+}
+
+/// The files every runtime test needs from the wheels.
+const RUNTIME_FILES: [&str; 3] = ["libcudart.so.12", "libcudart_static.a", "libcudart.so.11.0"];
+
+/// The directory holding the wheels' runtimes (`nvidia/cuda_runtime/lib` in site-packages) of
+/// `python`, if it has all of them.
+fn find_runtime_dir(python: &Path) -> Option<PathBuf> {
+    let out = Command::new(python)
+        .args([
+            "-c",
+            "import site, sys\n\
+             for p in site.getsitepackages() + [site.getusersitepackages()] + sys.path:\n    print(p)",
+        ])
+        .output()
+        .ok()?;
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|p| Path::new(p).join("nvidia/cuda_runtime/lib"))
+        .find(|dir| RUNTIME_FILES.iter().all(|f| dir.join(f).exists()))
+}
+
+/// Where the runtimes are: in the Python environment the other tests use (`.ci/run` installs
+/// `tests/requirements.txt` there), or else in the test virtual environment under the target
+/// directory, with the requirements installed into it now.
+fn runtime_lib_dir() -> PathBuf {
+    static FOUND: Mutex<Option<PathBuf>> = Mutex::new(None);
+    let mut found = FOUND.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(dir) = found.as_ref() {
+        return dir.clone();
+    }
+    let dir = find_runtime_dir(&python_with_cuda_bindings()).unwrap_or_else(|| {
+        let venv = artifacts()
+            .profile_dir
+            .parent()
+            .expect("target dir")
+            .join("tessera-python");
+        let python = venv.join("bin/python");
+        if !python.exists() {
+            let out = run_with_timeout(
+                Command::new("python3").args(["-m", "venv"]).arg(&venv),
+                Duration::from_secs(300),
+            );
+            assert_success(&out, "python3 -m venv (is python3-venv installed?)");
+        }
+        let out = run_with_timeout(
+            Command::new(&python)
+                .args(["-m", "pip", "install", "--quiet", "-r"])
+                .arg(workspace_root().join("tests/requirements.txt")),
+            Duration::from_secs(900),
+        );
+        assert_success(&out, "pip install -r tests/requirements.txt");
+        find_runtime_dir(&python).unwrap_or_else(|| {
+            panic!(
+                "tests/requirements.txt installed, but {} has no nvidia/cuda_runtime/lib with {:?}",
+                python.display(),
+                RUNTIME_FILES
+            )
+        })
+    });
+    *found = Some(dir.clone());
+    dir
+}
+
+fn node() -> SimNode {
+    SimNode::new("Small:4GiB:8", &[("SIMGPU_CONTEXT_MEMORY", "64MiB")])
+}
+
+/// The JSON document of the client's line `<tag> <json>`.
+fn report(out: &Output, tag: &str, who: &str) -> Value {
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find_map(|l| l.strip_prefix(tag).and_then(|l| l.strip_prefix(' ')))
+        .unwrap_or_else(|| {
+            panic!(
+                "{who}: no `{tag}` report; stdout:\n{text}\nstderr:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+    serde_json::from_str(line).unwrap_or_else(|e| panic!("{who}: bad JSON ({e}): {line}"))
+}
+
+/// Runs the client in `mode` with `args` through `cmd` and returns its report.
+fn run_client(mut cmd: Command, mode: &str, args: &[&str], who: &str) -> Value {
+    cmd.arg(mode).args(args);
+    let out = run_with_timeout(&mut cmd, Duration::from_secs(120));
+    assert_success(&out, who);
+    report(&out, mode, who)
+}
+
+fn ptx() -> String {
+    kernels_ptx().display().to_string()
+}
+
+/// Acceptance 1: with nothing preloaded, the runtime initializes on simgpu, counts the
+/// device, allocates, copies, reports memory, allocates stream-ordered, and runs the kernels
+/// of a registered fat binary (through `cudaLaunchKernel` and `cudaLaunchKernel_ptsz`, and
+/// again after `cudaDeviceReset`); the spin kernel's time shows in `simgpu stat`.
+fn runs_on_simgpu(runtime: Runtime) {
+    let who = runtime.name();
+    let exe = runtime.client();
+    let node = node();
+    let spin = SPIN_NS.to_string();
+    let doc = run_client(node.command(&exe), "run", &[&ptx(), &spin], who);
+    assert_eq!(json_u64(&doc, "/device_count"), 1, "{who}: {doc}");
+    assert_eq!(
+        json_u64(&doc, "/runtime_version") / 1000,
+        runtime.major(),
+        "{who}: {doc}"
+    );
+    assert_eq!(json_u64(&doc, "/driver_version"), 12080, "{who}: {doc}");
+    assert_eq!(json_u64(&doc, "/total"), 4 * GIB, "{who}: total: {doc}");
+    assert_eq!(
+        json_u64(&doc, "/free"),
+        4 * GIB - CONTEXT,
+        "{who}: free with the primary context only: {doc}"
+    );
+    assert!(
+        json_u64(&doc, "/free_allocated") <= 4 * GIB - CONTEXT - 256 * 1024,
+        "{who}: cudaMalloc of 256 KiB did not show in cudaMemGetInfo: {doc}"
+    );
+    for check in ["copied", "filled", "filled_ptsz", "filled_after_reset"] {
+        assert_eq!(doc[check], true, "{who}: {check}: {doc}");
+    }
+    assert_eq!(
+        json_u64(&doc, "/free_after_reset"),
+        4 * GIB - CONTEXT,
+        "{who}: after cudaDeviceReset, one context again: {doc}"
+    );
+    assert_eq!(doc["launch_counter"], -1, "{who}: no libtessera: {doc}");
+
+    let stat = node.stat();
+    let busy = json_u64(&stat, "/devices/0/busy_ns");
+    assert!(
+        busy >= SPIN_NS,
+        "{who}: the {SPIN_NS} ns spin kernel should show in the device's busy time: {stat}"
+    );
+}
+
+#[test]
+fn cudart_12_runs_on_simgpu() {
+    runs_on_simgpu(Runtime::Shared12);
+}
+
+#[test]
+fn cudart_12_static_runs_on_simgpu() {
+    runs_on_simgpu(Runtime::Static12);
+}
+
+#[test]
+fn cudart_11_8_runs_on_simgpu() {
+    runs_on_simgpu(Runtime::Shared11);
+}
+
+fn capped(node: &SimNode) -> Container<'_> {
+    Container::new(node, Some("1GiB")).env("TESSERA_DEBUG_COUNTERS", "1")
+}
+
+/// Acceptance 2: under `libtessera.so` with a 1 GiB cap, `cudaMalloc` succeeds up to
+/// exactly the cap (with the context's memory) and then fails with
+/// `cudaErrorMemoryAllocation`; `cudaMemGetInfo` reports the cap; the kernels still run.
+fn capped_by_libtessera(runtime: Runtime) {
+    let who = runtime.name();
+    let exe = runtime.client();
+    let node = node();
+    let container = capped(&node);
+    let doc = run_client(container.command(&exe), "capfill", &[&ptx()], who);
+    assert_eq!(json_u64(&doc, "/total_before"), GIB, "{who}: total: {doc}");
+    assert_eq!(
+        json_u64(&doc, "/free_before"),
+        GIB - CONTEXT,
+        "{who}: free = the cap less the context: {doc}"
+    );
+    assert_eq!(
+        json_u64(&doc, "/allocated") + CONTEXT,
+        GIB,
+        "{who}: allocations plus the context reach the cap exactly: {doc}"
+    );
+    assert_eq!(
+        json_u64(&doc, "/one_more_rc"),
+        2,
+        "{who}: one more byte fails with cudaErrorMemoryAllocation: {doc}"
+    );
+    assert_eq!(json_u64(&doc, "/free_full"), 0, "{who}: {doc}");
+    assert_eq!(json_u64(&doc, "/total_full"), GIB, "{who}: {doc}");
+    assert_eq!(doc["filled"], true, "{who}: fill kernel at the cap: {doc}");
+    assert_eq!(doc["filled_ptsz"], true, "{who}: per-thread fill: {doc}");
+    assert_eq!(
+        json_u64(&doc, "/free_after"),
+        GIB - CONTEXT,
+        "{who}: all freed: {doc}"
+    );
+
+    let doc = run_client(container.command(&exe), "run", &[&ptx(), "1000000"], who);
+    assert_eq!(json_u64(&doc, "/total"), GIB, "{who}: total: {doc}");
+    assert_eq!(json_u64(&doc, "/free"), GIB - CONTEXT, "{who}: free: {doc}");
+    for check in ["copied", "filled", "filled_ptsz", "filled_after_reset"] {
+        assert_eq!(doc[check], true, "{who}: {check}: {doc}");
+    }
+    assert_eq!(
+        json_u64(&doc, "/free_after_reset"),
+        GIB - CONTEXT,
+        "{who}: after cudaDeviceReset, one context again: {doc}"
+    );
+}
+
+#[test]
+fn cudart_12_is_capped_by_libtessera() {
+    capped_by_libtessera(Runtime::Shared12);
+}
+
+#[test]
+fn cudart_12_static_is_capped_by_libtessera() {
+    capped_by_libtessera(Runtime::Static12);
+}
+
+#[test]
+fn cudart_11_8_is_capped_by_libtessera() {
+    capped_by_libtessera(Runtime::Shared11);
+}
+
+/// Acceptance 3: the runtime's per-thread-default-stream launch reaches libtessera's
+/// `cuLaunchKernel_ptsz` wrapper, and the legacy launches its `cuLaunchKernel` one (two
+/// fills and a spin).
+fn ptsz_launch_is_intercepted(runtime: Runtime) {
+    let who = runtime.name();
+    let exe = runtime.client();
+    let node = node();
+    let container = capped(&node);
+    let doc = run_client(container.command(&exe), "run", &[&ptx(), "1000000"], who);
+    assert_eq!(
+        json_u64(&doc, "/launch_ptsz_counter"),
+        1,
+        "{who}: cudaLaunchKernel_ptsz should reach libtessera's cuLaunchKernel_ptsz: {doc}"
+    );
+    assert_eq!(
+        json_u64(&doc, "/launch_counter"),
+        3,
+        "{who}: cudaLaunchKernel should reach libtessera's cuLaunchKernel: {doc}"
+    );
+}
+
+#[test]
+fn cudart_12_ptsz_launch_reaches_the_ptsz_wrapper() {
+    ptsz_launch_is_intercepted(Runtime::Shared12);
+}
+
+#[test]
+fn cudart_12_static_ptsz_launch_reaches_the_ptsz_wrapper() {
+    ptsz_launch_is_intercepted(Runtime::Static12);
+}
+
+#[test]
+fn cudart_11_8_ptsz_launch_reaches_the_ptsz_wrapper() {
+    ptsz_launch_is_intercepted(Runtime::Shared11);
+}
+
+/// The symbols libtessera.so exports as hooks, and the base names they belong to, from its
+/// hook table.
+fn hooks() -> (BTreeSet<String>, BTreeSet<String>) {
+    let table = std::fs::read_to_string(workspace_root().join("intercept/src/hooks/table.rs"))
+        .expect("read the hook table");
+    let after = |marker: &str| -> BTreeSet<String> {
+        table
+            .split(marker)
+            .skip(1)
+            .map(|rest| {
+                rest.chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect()
+            })
+            .filter(|name: &String| name.starts_with("cu"))
+            .collect()
+    };
+    (after("cuda fn "), after("["))
+}
+
+/// Base names the runtime asks for at a revision older than any libtessera hooks. The
+/// runtime asks for `cuDevicePrimaryCtxRelease` and `cuDevicePrimaryCtxReset` at CUDA 7.0,
+/// which the driver answers with the first revisions; libtessera hooks only their `_v2`.
+const KNOWN_OLDER_REVISIONS: [&str; 2] = ["cuDevicePrimaryCtxRelease", "cuDevicePrimaryCtxReset"];
+
+/// Acceptance 4: every request the runtime makes through `cuGetProcAddress_v2` (as simgpu
+/// records them), made again the way the runtime makes it, comes back as libtessera's
+/// wrapper of the same revision and variant where libtessera hooks that symbol, and as the
+/// driver's own function otherwise.
+fn proc_address_answers(runtime: Runtime) {
+    let who = runtime.name();
+    let exe = runtime.client();
+    let node = node();
+    let container = capped(&node);
+    let requests = std::env::temp_dir().join(format!(
+        "tessera-test-{}-{:?}.requests",
+        std::process::id(),
+        runtime
+    ));
+    let _ = std::fs::remove_file(&requests);
+    let mut cmd = container.command(&exe);
+    cmd.env("SIMGPU_TRACE_PROC_ADDRESS", &requests);
+    run_client(cmd, "run", &[&ptx(), "1000000"], who);
+    let requests_path = requests.display().to_string();
+    let answers = run_client(container.command(&exe), "procmap", &[&requests_path], who);
+    let _ = std::fs::remove_file(&requests);
+
+    let answers = answers.as_array().expect("procmap prints an array");
+    let (hooked, hooked_bases) = hooks();
+    let mut asked = BTreeSet::new();
+    let mut wrong = Vec::new();
+    let mut older = BTreeSet::new();
+    for a in answers {
+        let name = a["name"].as_str().unwrap_or_default();
+        let driver = a["driver_symbol"].as_str().unwrap_or_default();
+        let library = a["library"].as_str().unwrap_or_default();
+        let symbol = a["symbol"].as_str().unwrap_or_default();
+        let from_tessera = library.ends_with("/libtessera.so");
+        if driver == "-" {
+            if a["rc"] == 0 {
+                wrong.push(format!("{a}: the driver has no answer, but this found one"));
+            }
+            continue;
+        }
+        asked.insert(driver.to_string());
+        let right = if hooked.contains(driver) {
+            from_tessera && symbol == driver
+        } else {
+            !from_tessera && symbol == driver && a["rc"] == 0
+        };
+        if !right {
+            wrong.push(format!(
+                "{name} @ {} flags {} should be {}'s {driver}, got {symbol} in {library}",
+                a["version"],
+                a["flags"],
+                if hooked.contains(driver) {
+                    "libtessera"
+                } else {
+                    "the driver"
+                }
+            ));
+        }
+        if hooked_bases.contains(name) && !hooked.contains(driver) {
+            older.insert(name.to_string());
+        }
+    }
+    eprintln!(
+        "{who} asked cuGetProcAddress_v2 for {} symbols; hooked among them: {:?}",
+        asked.len(),
+        asked.intersection(&hooked).collect::<Vec<_>>()
+    );
+    assert!(
+        wrong.is_empty(),
+        "{who}: wrong answers:\n{}",
+        wrong.join("\n")
+    );
+    for needed in [
+        "cuGetProcAddress_v2",
+        "cuMemAlloc_v2",
+        "cuMemFree_v2",
+        "cuMemGetInfo_v2",
+        "cuMemAllocAsync",
+        "cuMemAllocAsync_ptsz",
+        "cuLaunchKernel",
+        "cuLaunchKernel_ptsz",
+        "cuDevicePrimaryCtxRetain",
+    ] {
+        assert!(
+            asked.contains(needed),
+            "{who}: the runtime was expected to ask for {needed}; it asked for {asked:?}"
+        );
+    }
+    let unexpected: Vec<_> = older
+        .iter()
+        .filter(|b| !KNOWN_OLDER_REVISIONS.contains(&b.as_str()))
+        .collect();
+    assert!(
+        unexpected.is_empty(),
+        "{who}: hooked functions asked for at a revision libtessera does not hook: {unexpected:?}"
+    );
+}
+
+#[test]
+fn cudart_12_proc_address_answers_are_the_wrappers() {
+    proc_address_answers(Runtime::Shared12);
+}
+
+#[test]
+fn cudart_12_static_proc_address_answers_are_the_wrappers() {
+    proc_address_answers(Runtime::Static12);
+}
