@@ -15,6 +15,10 @@ pub struct NodeStatus {
     pub containers: Vec<ContainerStatus>,
     /// Processes on a GPU that belong to no container (found by the watchdog).
     pub unmanaged: Vec<UnmanagedProcess>,
+    /// Node-wide problems for people to read: quarantined region files, a config reload that
+    /// failed (the running config stays in force).
+    #[serde(default)]
+    pub problems: Vec<String>,
 }
 
 /// One GPU.

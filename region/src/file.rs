@@ -375,3 +375,52 @@ fn check(path: &Path, mapping: &Mapping) -> Result<(), RegionError> {
     }
     Ok(())
 }
+
+/// Checks the header of a live mapping again (see `Region::verify`).
+pub(crate) fn verify(path: &Path, mapping: &Mapping, name: &str) -> Result<(), RegionError> {
+    let h = &mapping.layout().header;
+    // SAFETY: plain integer and byte fields inside the live mapping. They are written only at
+    // creation, but a process of the container may overwrite them at any time; volatile
+    // reads keep the compiler from assuming they are stable, and any bit pattern is a valid
+    // value of these types, so a racing write gives a wrong value, which is what this
+    // check exists to catch.
+    let (magic, abi_version, header_size, total_size, device_count, stored_name) = unsafe {
+        (
+            std::ptr::read_volatile(&h.magic),
+            std::ptr::read_volatile(&h.abi_version),
+            std::ptr::read_volatile(&h.header_size),
+            std::ptr::read_volatile(&h.total_size),
+            std::ptr::read_volatile(&h.device_count),
+            std::ptr::read_volatile(&h.name),
+        )
+    };
+    if magic != MAGIC {
+        return Err(RegionError::Foreign {
+            path: path.to_path_buf(),
+        });
+    }
+    if abi_version != ABI_VERSION {
+        return Err(RegionError::Version {
+            path: path.to_path_buf(),
+            found: abi_version,
+            expected: ABI_VERSION,
+        });
+    }
+    if header_size != HEADER_SIZE as u32
+        || total_size != TOTAL_SIZE as u64
+        || device_count != MAX_DEVICES as u32
+    {
+        return Err(corrupt(path, "its header's sizes were overwritten"));
+    }
+    // Relaxed: only compared; nothing is read on the strength of it.
+    if h.ready.load(Ordering::Relaxed) != 1 {
+        return Err(corrupt(path, "its ready flag was cleared"));
+    }
+    if name::from_field(&stored_name) != Some(name) {
+        return Err(corrupt(
+            path,
+            format!("its container name is no longer {name:?}"),
+        ));
+    }
+    Ok(())
+}

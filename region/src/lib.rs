@@ -45,6 +45,12 @@ use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+/// Whether `name` is a valid container name: 1 to 63 of `a-z`, `0-9` and `-`, not starting
+/// with `-` (what [`RegionInit::name`] accepts).
+pub fn is_valid_name(name: &str) -> bool {
+    name::is_valid(name)
+}
+
 /// What a new region holds: the container's name and its caps.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RegionInit {
@@ -170,6 +176,15 @@ impl Region {
         if let Some(a) = self.account(dev) {
             MemoryCap(a).set_cap(cap);
         }
+    }
+
+    /// Checks, on the live mapping, what opening it checked in its header: still a finished
+    /// region of this layout, for this container. Any process of the container can
+    /// overwrite its region, so `controld` calls this to notice a spoiled region and
+    /// quarantine it.
+    pub fn verify(&self) -> Result<(), RegionError> {
+        let path = self.path.as_deref().unwrap_or(Path::new("anonymous"));
+        file::verify(path, &self.mapping, &self.name)
     }
 
     /// Bytes the container's processes hold on device `dev`, all of them together.

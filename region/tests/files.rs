@@ -354,3 +354,32 @@ fn an_anonymous_region_counts_like_a_file() {
     assert_eq!(r.memory_used(0), 0);
     assert!(r.processes().is_empty());
 }
+
+#[test]
+fn verify_notices_a_region_spoiled_while_mapped() {
+    let path = valid("verify");
+    let region = Region::open(&path).unwrap();
+    region.verify().unwrap();
+    poke(&path, offset_of!(Header, total_size), &7u64.to_ne_bytes());
+    assert!(matches!(region.verify(), Err(RegionError::Corrupt { .. })));
+    poke(
+        &path,
+        offset_of!(Header, total_size),
+        &(TOTAL_SIZE as u64).to_ne_bytes(),
+    );
+    region.verify().unwrap();
+    poke(&path, offset_of!(Header, name), b"team-b");
+    assert!(matches!(region.verify(), Err(RegionError::Corrupt { .. })));
+    poke(&path, 0, b"GARBAGE!");
+    assert!(matches!(region.verify(), Err(RegionError::Foreign { .. })));
+    let _ = std::fs::remove_file(path);
+}
+
+#[test]
+fn valid_names_are_what_regions_accept() {
+    for (name, ok) in [("team-a", true), ("a/b", false), ("", false), ("-a", false)] {
+        assert_eq!(tessera_region::is_valid_name(name), ok, "{name}");
+        let made = Region::anonymous(&init(name, None));
+        assert_eq!(made.is_ok(), ok, "{name}");
+    }
+}

@@ -1,0 +1,337 @@
+//! `controld run`: the daemon. It reads the config, adopts the regions in the state dir,
+//! serves the control socket and runs the reaper; `SIGHUP` reloads the config (a bad file
+//! is logged and the running config stays), `SIGTERM` and `SIGINT` stop it, leaving every
+//! region — and so every running application's limits — in place.
+
+use crate::config::{Config, ConfigError, DEFAULT_PATH};
+use crate::state::{State, StateError};
+use crate::status::NodeStatus;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::thread::JoinHandle;
+
+/// The state dir when neither `--state-dir`, `TESSERA_STATE_DIR` nor the config says.
+pub const DEFAULT_STATE_DIR: &str = "/run/tessera";
+/// The environment variable naming the state dir.
+pub const STATE_DIR_ENV: &str = "TESSERA_STATE_DIR";
+/// The control socket's file name in the state dir.
+pub const SOCKET_NAME: &str = "control.sock";
+
+/// Adds to a status what the regions cannot tell (the watchdog's GPU figures, real usage,
+/// unmanaged processes).
+pub type StatusEnricher = Box<dyn Fn(&mut NodeStatus) + Send + Sync>;
+
+/// What the daemon's threads share: the state, behind one lock, and the status enrichers.
+pub struct Core {
+    state: Mutex<State>,
+    enrichers: RwLock<Vec<StatusEnricher>>,
+}
+
+impl Core {
+    /// A core over `state`.
+    pub fn new(state: State) -> Core {
+        Core {
+            state: Mutex::new(state),
+            enrichers: RwLock::new(Vec::new()),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock leaves the state consistent enough to go on with:
+        // every change to it is a single map insert or remove.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Runs `f` on the state, holding its lock.
+    pub fn with_state<R>(&self, f: impl FnOnce(&mut State) -> R) -> R {
+        f(&mut self.lock())
+    }
+
+    /// The node now: the regions' view ([`State::node_status`]), then each enricher in turn.
+    /// What `controld status` and the metrics show.
+    pub fn node_status(&self) -> NodeStatus {
+        let mut status = self.lock().node_status();
+        let enrichers = self.enrichers.read().unwrap_or_else(|p| p.into_inner());
+        for enrich in enrichers.iter() {
+            enrich(&mut status);
+        }
+        status
+    }
+
+    /// Adds a step to [`Core::node_status`].
+    pub fn add_status_enricher(&self, enrich: StatusEnricher) {
+        self.enrichers
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(enrich);
+    }
+}
+
+/// How `controld run` was asked to start.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// `--config`: must exist. Without it, [`DEFAULT_PATH`] is read if it exists.
+    pub config: Option<PathBuf>,
+    /// `--state-dir`: wins over `TESSERA_STATE_DIR` and the config.
+    pub state_dir: Option<PathBuf>,
+}
+
+/// Why the daemon could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    /// The config file is bad.
+    #[error("{0}")]
+    Config(#[from] ConfigError),
+    /// The state dir is unusable.
+    #[error("{0}")]
+    State(#[from] StateError),
+    /// The control socket could not be made.
+    #[error("{0}")]
+    Bind(#[from] crate::api::BindError),
+    /// The metrics endpoint could not be served.
+    #[error("{0}")]
+    Metrics(String),
+    /// A thread or signal could not be set up.
+    #[error("cannot start the daemon: {0}")]
+    Setup(std::io::Error),
+}
+
+/// The config file to read: `--config` (required to exist), else the default if present.
+fn config_path(options: &Options) -> Option<PathBuf> {
+    match &options.config {
+        Some(path) => Some(path.clone()),
+        None => Path::new(DEFAULT_PATH)
+            .exists()
+            .then(|| PathBuf::from(DEFAULT_PATH)),
+    }
+}
+
+fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
+    match path {
+        Some(path) => Config::load(path),
+        None => Ok(Config::default()),
+    }
+}
+
+/// The state dir: `--state-dir`, else `TESSERA_STATE_DIR`, else the config's, else the
+/// default.
+pub fn state_dir(flag: Option<&Path>, config: Option<&Config>) -> PathBuf {
+    flag.map(Path::to_path_buf)
+        .or_else(|| {
+            std::env::var_os(STATE_DIR_ENV)
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from)
+        })
+        .or_else(|| config.and_then(|c| c.daemon.state_dir.clone()))
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR))
+}
+
+/// The control socket: the config's, else `<state_dir>/control.sock`.
+pub fn socket_path(state_dir: &Path, config: Option<&Config>) -> PathBuf {
+    config
+        .and_then(|c| c.daemon.socket.clone())
+        .unwrap_or_else(|| state_dir.join(SOCKET_NAME))
+}
+
+/// A started daemon: its threads run until [`Daemon::stop`].
+pub struct Daemon {
+    core: Arc<Core>,
+    config_path: Option<PathBuf>,
+    config: Mutex<Config>,
+    socket: PathBuf,
+    stop: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<()>>,
+    metrics: Option<crate::metrics::MetricsServer>,
+}
+
+impl Daemon {
+    /// Reads the config, opens the state dir (adopting its regions), applies the config,
+    /// binds the control socket and starts the reaper and the socket server.
+    pub fn start(options: &Options) -> Result<Daemon, DaemonError> {
+        let config_path = config_path(options);
+        let config = load(config_path.as_deref())?;
+        let dir = state_dir(options.state_dir.as_deref(), Some(&config));
+        let socket = socket_path(&dir, Some(&config));
+        let (mut state, found) = State::open(&dir)?;
+        for line in found {
+            if line.starts_with("adopted") {
+                crate::log::info(&line);
+            } else {
+                crate::log::error(&line);
+            }
+        }
+        for line in state.apply_config(&config.containers, &[]) {
+            crate::log::info(&line);
+        }
+        let listener = crate::api::bind(&socket)?;
+        let core = Arc::new(Core::new(state));
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut threads =
+            vec![crate::reaper::spawn(core.clone(), stop.clone()).map_err(DaemonError::Setup)?];
+        let (c, s) = (core.clone(), stop.clone());
+        threads.push(
+            std::thread::Builder::new()
+                .name("control-accept".into())
+                .spawn(move || crate::api::serve(listener, c, s))
+                .map_err(DaemonError::Setup)?,
+        );
+        let watchdog = std::sync::Mutex::new(crate::watchdog::Watchdog::new());
+        core.add_status_enricher(Box::new(move |status| {
+            watchdog
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .observe(status)
+        }));
+        let metrics = match config.daemon.metrics {
+            Some(addr) => {
+                let c = core.clone();
+                let server =
+                    crate::metrics::MetricsServer::spawn(addr, Arc::new(move || c.node_status()))
+                        .map_err(|e| DaemonError::Metrics(e.to_string()))?;
+                crate::log::info(&format!(
+                    "metrics on http://{}/metrics",
+                    server.local_addr()
+                ));
+                Some(server)
+            }
+            None => None,
+        };
+        crate::log::info(&format!(
+            "controld running: state dir {}, socket {}, config {}",
+            dir.display(),
+            socket.display(),
+            config_path
+                .as_deref()
+                .map_or("(none)".to_string(), |p| p.display().to_string())
+        ));
+        Ok(Daemon {
+            core,
+            config_path,
+            config: Mutex::new(config),
+            socket,
+            stop,
+            threads,
+            metrics,
+        })
+    }
+
+    /// The shared core, for the watchdog and metrics to plug into.
+    pub fn core(&self) -> &Arc<Core> {
+        &self.core
+    }
+
+    /// The control socket.
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    /// The config in force.
+    pub fn config(&self) -> Config {
+        self.config
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Reads the config file again and applies it. On error the running config stays in
+    /// force; the error is returned (and shown in status until a reload succeeds).
+    pub fn reload(&self) -> Result<(), ConfigError> {
+        const FAILED: &str = "config reload failed";
+        let mut config = self.config.lock().unwrap_or_else(|p| p.into_inner());
+        let new = match load(self.config_path.as_deref()) {
+            Ok(new) => new,
+            Err(e) => {
+                self.core.with_state(|s| {
+                    s.forget(FAILED);
+                    s.note(format!("{FAILED}, the previous config stays in force: {e}"));
+                });
+                return Err(e);
+            }
+        };
+        if new.daemon != config.daemon {
+            crate::log::warn("[daemon] settings changed; they take effect when controld restarts");
+        }
+        let log = self.core.with_state(|s| {
+            s.forget(FAILED);
+            s.apply_config(&new.containers, &config.containers)
+        });
+        for line in log {
+            crate::log::info(&line);
+        }
+        *config = new;
+        Ok(())
+    }
+
+    /// Stops the threads and removes the socket; regions stay.
+    pub fn stop(mut self) {
+        drop(self.metrics.take());
+        // Relaxed: a flag with no data behind it; the threads poll it.
+        self.stop.store(true, Ordering::Relaxed);
+        // Wakes the accept loop so that it sees the flag.
+        let _ = std::os::unix::net::UnixStream::connect(&self.socket);
+        let _ = std::fs::remove_file(&self.socket);
+        for thread in self.threads {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// `controld run`: starts the daemon and serves signals until SIGTERM or SIGINT.
+pub fn run(options: &Options) -> Result<(), DaemonError> {
+    let signals = Signals::block().map_err(DaemonError::Setup)?;
+    let daemon = Daemon::start(options)?;
+    loop {
+        match signals.wait() {
+            libc::SIGHUP => match daemon.reload() {
+                Ok(()) => crate::log::info("config reloaded"),
+                Err(e) => crate::log::error(&format!(
+                    "config reload failed, the previous config stays in force: {e}"
+                )),
+            },
+            libc::SIGTERM | libc::SIGINT => {
+                crate::log::info("stopping; regions stay in place, applications keep their limits");
+                daemon.stop();
+                return Ok(());
+            }
+            _ => {}
+        }
+    }
+}
+
+/// SIGHUP, SIGTERM and SIGINT, blocked in every thread and taken with `sigwait` by the main
+/// thread (blocked before any thread starts, so that every thread inherits the mask).
+struct Signals {
+    set: libc::sigset_t,
+}
+
+impl Signals {
+    fn block() -> std::io::Result<Signals> {
+        // SAFETY: sigset_t is plain data that sigemptyset initialises; the calls only touch
+        // this set and this thread's mask, and their results are checked.
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            for sig in [libc::SIGHUP, libc::SIGTERM, libc::SIGINT] {
+                libc::sigaddset(&mut set, sig);
+            }
+            let rc = libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+            if rc != 0 {
+                return Err(std::io::Error::from_raw_os_error(rc));
+            }
+            Ok(Signals { set })
+        }
+    }
+
+    /// The next signal of the set.
+    fn wait(&self) -> libc::c_int {
+        loop {
+            let mut sig: libc::c_int = 0;
+            // SAFETY: `set` was initialised in `block`; sigwait writes one int.
+            let rc = unsafe { libc::sigwait(&self.set, &mut sig) };
+            if rc == 0 {
+                return sig;
+            }
+        }
+    }
+}

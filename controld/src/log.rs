@@ -1,0 +1,56 @@
+//! The daemon's log: one line per event on stderr, `controld: <level>: <message>`, filtered
+//! by `TESSERA_LOG` (error, warn, info (default), debug).
+
+use std::sync::OnceLock;
+
+/// How much a line matters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Level {
+    /// Something failed.
+    Error,
+    /// Something is wrong but handled.
+    Warn,
+    /// What the daemon did.
+    Info,
+    /// Detail for debugging.
+    Debug,
+}
+
+fn threshold() -> Level {
+    static LEVEL: OnceLock<Level> = OnceLock::new();
+    *LEVEL.get_or_init(|| match std::env::var("TESSERA_LOG").as_deref() {
+        Ok("error") => Level::Error,
+        Ok("warn") => Level::Warn,
+        Ok("debug") => Level::Debug,
+        _ => Level::Info,
+    })
+}
+
+/// Writes one line (newlines in `message` become spaces).
+pub fn log(level: Level, message: &str) {
+    if level > threshold() {
+        return;
+    }
+    let name = match level {
+        Level::Error => "error",
+        Level::Warn => "warn",
+        Level::Info => "info",
+        Level::Debug => "debug",
+    };
+    eprintln!("controld: {name}: {}", message.replace('\n', " "));
+}
+
+/// `log(Level::Info, …)`.
+pub fn info(message: &str) {
+    log(Level::Info, message);
+}
+
+/// `log(Level::Warn, …)`.
+pub fn warn(message: &str) {
+    log(Level::Warn, message);
+}
+
+/// `log(Level::Error, …)`.
+pub fn error(message: &str) {
+    log(Level::Error, message);
+}

@@ -1,0 +1,679 @@
+//! The daemon's containers and their regions under the state dir.
+//!
+//! Each container has `<state_dir>/<name>.region` (what its processes map) and
+//! `<state_dir>/<name>.json` (its declaration and where it came from, so that a new
+//! `controld` adopts it as it was). At start every region file is adopted; a corrupt one is
+//! moved into `<state_dir>/quarantine/` and reported, never fatal. Everything read from a
+//! region is untrusted: figures are checked and clamped before anyone sees them.
+
+use crate::policy::ComputePolicy;
+use crate::spec::{ContainerName, ContainerSpec, Gpus, MemorySize};
+use crate::status::{ContainerDevice, ContainerProcess, ContainerStatus, NodeStatus};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+use tessera_region::{Region, RegionError, RegionInit, MAX_DEVICES};
+
+/// Where a container came from; it decides who may change or remove it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Origin {
+    /// Declared in the config file: a reload adds, changes and removes it.
+    Config,
+    /// Added through the control API: it stays until removed through it.
+    Api,
+    /// Added by `controld exec` for one command: removed when that command ends.
+    Transient,
+    /// Found as a region file with no declaration beside it.
+    Adopted,
+}
+
+/// A container as `list` shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ContainerInfo {
+    /// Its declaration.
+    pub spec: ContainerSpec,
+    /// Where it came from.
+    pub origin: Origin,
+    /// Its region file (`TESSERA_REGION` of its processes).
+    pub region: PathBuf,
+}
+
+/// Why the daemon refused a change. Each message is one line that says what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    /// `add` of a name in use.
+    #[error("container {0} already exists; change it with `controld container set` or pick another name")]
+    Exists(String),
+    /// A name no container has.
+    #[error("no container named {0}; `controld container list` shows the containers")]
+    Unknown(String),
+    /// The guarantees on a GPU would pass 100%.
+    #[error("GPU {gpu} would be guaranteed {total}% of its time (at most 100): {detail}; lower a fixed or burst share or use best-effort")]
+    Overcommitted {
+        /// The GPU.
+        gpu: u32,
+        /// The sum of guarantees it would have.
+        total: u32,
+        /// Who holds what.
+        detail: String,
+    },
+    /// `rm` of a container whose processes still run.
+    #[error("container {name} has {count} running process(es); stop them first, or remove it anyway with --force")]
+    Busy {
+        /// The container.
+        name: String,
+        /// Its live processes.
+        count: usize,
+    },
+    /// A config container changed through the API.
+    #[error("container {0} is declared in the config file; change it there and reload controld (SIGHUP)")]
+    Declared(String),
+    /// The region could not be made.
+    #[error("{0}")]
+    Region(#[from] RegionError),
+    /// The declaration could not be written.
+    #[error("cannot write {path}: {source}; check that the state dir is writable")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The system's reason.
+        source: std::io::Error,
+    },
+}
+
+/// Changes to a container; `None` leaves a field as it is.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SpecChange {
+    /// New GPUs.
+    #[serde(default)]
+    pub gpus: Option<Gpus>,
+    /// New cap; `Some(None)` is written as the string "unlimited" by the CLI and means no cap.
+    #[serde(default)]
+    pub memory: Option<MemoryChange>,
+    /// New compute policy.
+    #[serde(default)]
+    pub compute: Option<ComputePolicy>,
+    /// New priority.
+    #[serde(default)]
+    pub priority: Option<crate::policy::Priority>,
+}
+
+/// A new memory cap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MemoryChange {
+    /// This many bytes per GPU.
+    Cap(MemorySize),
+    /// No cap.
+    Unlimited,
+}
+
+/// One managed container.
+struct Managed {
+    spec: ContainerSpec,
+    origin: Origin,
+    region: Arc<Region>,
+    /// What went wrong with it, for status.
+    problems: Vec<String>,
+    /// To be removed once it has no live process (a transient container whose command
+    /// ended, a config container no longer declared).
+    retiring: bool,
+}
+
+/// The daemon's containers.
+pub struct State {
+    dir: PathBuf,
+    containers: BTreeMap<String, Managed>,
+    /// Node-wide problems (quarantined files, a failed reload), newest last.
+    problems: Vec<String>,
+}
+
+/// Node-wide problems kept for status; older ones are dropped.
+const MAX_PROBLEMS: usize = 32;
+
+/// What `status` shows of a process's per-device memory: the devices of the layout.
+const DEVICES: usize = MAX_DEVICES;
+
+impl State {
+    /// Opens the state dir (creating it) and adopts every region file in it. Returns the
+    /// state and what it found worth a log line.
+    pub fn open(dir: &Path) -> Result<(State, Vec<String>), StateError> {
+        let io = |source| StateError::Io {
+            path: dir.to_path_buf(),
+            source,
+        };
+        std::fs::create_dir_all(dir).map_err(io)?;
+        let mut state = State {
+            dir: dir.to_path_buf(),
+            containers: BTreeMap::new(),
+            problems: Vec::new(),
+        };
+        let mut log = Vec::new();
+        let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+            .map_err(io)?
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|e| e == "region"))
+            .collect();
+        files.sort();
+        for path in files {
+            match state.adopt(&path) {
+                Ok(name) => log.push(format!("adopted container {name} ({})", path.display())),
+                Err(reason) => {
+                    let line = state.quarantine(&path, &reason);
+                    log.push(line);
+                }
+            }
+        }
+        Ok((state, log))
+    }
+
+    /// The state dir.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn region_path(&self, name: &str) -> PathBuf {
+        self.dir.join(format!("{name}.region"))
+    }
+
+    fn spec_path(&self, name: &str) -> PathBuf {
+        self.dir.join(format!("{name}.json"))
+    }
+
+    /// Adopts one region file, returning its container's name, or why it is unusable.
+    fn adopt(&mut self, path: &Path) -> Result<String, String> {
+        let stem = path
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .unwrap_or_default()
+            .to_string();
+        let name = ContainerName::new(&stem).map_err(|e| e.to_string())?;
+        let region = Region::open(path).map_err(|e| e.to_string())?;
+        if region.name() != stem {
+            return Err(format!(
+                "it holds container {:?}, not {stem:?}",
+                region.name()
+            ));
+        }
+        let saved = std::fs::read(self.spec_path(&stem))
+            .ok()
+            .and_then(|bytes| serde_json::from_slice::<Saved>(&bytes).ok())
+            .filter(|s| s.spec.name == name);
+        let (spec, origin, retiring) = match saved {
+            Some(s) => (s.spec, s.origin, s.origin == Origin::Transient),
+            None => (spec_from_region(name, &region), Origin::Adopted, false),
+        };
+        let mut problems = Vec::new();
+        if retiring {
+            problems.push(
+                "its exec command was started under an earlier controld; removed once its processes end"
+                    .to_string(),
+            );
+        }
+        self.containers.insert(
+            stem.clone(),
+            Managed {
+                spec,
+                origin,
+                region: Arc::new(region),
+                problems,
+                retiring,
+            },
+        );
+        Ok(stem)
+    }
+
+    /// Moves a bad region file into `quarantine/` and records why; returns the log line.
+    fn quarantine(&mut self, path: &Path, reason: &str) -> String {
+        let qdir = self.dir.join("quarantine");
+        let stamp = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis())
+            .unwrap_or(0);
+        let file = path.file_name().map(|f| f.to_string_lossy().into_owned());
+        let target = qdir.join(format!("{}.{stamp}", file.unwrap_or_default()));
+        let moved = std::fs::create_dir_all(&qdir).and_then(|()| std::fs::rename(path, &target));
+        let line = match moved {
+            Ok(()) => format!(
+                "quarantined {} (moved to {}): {reason}",
+                path.display(),
+                target.display()
+            ),
+            Err(e) => format!(
+                "cannot quarantine {} ({e}); it is ignored: {reason}",
+                path.display()
+            ),
+        };
+        self.note(line.clone());
+        line
+    }
+
+    /// Records a node-wide problem for status.
+    pub fn note(&mut self, problem: String) {
+        if self.problems.len() == MAX_PROBLEMS {
+            self.problems.remove(0);
+        }
+        self.problems.push(problem);
+    }
+
+    /// Forgets node-wide problems that start with `prefix` (a reload that now succeeds).
+    pub fn forget(&mut self, prefix: &str) {
+        self.problems.retain(|p| !p.starts_with(prefix));
+    }
+
+    /// Checks that `spec` (replacing the container of its name, if any) keeps every GPU's
+    /// guarantees within 100%.
+    fn check_guarantees(&self, spec: &ContainerSpec) -> Result<(), StateError> {
+        for &gpu in spec.gpus.as_slice() {
+            let mut holders: Vec<(String, u32)> = self
+                .containers
+                .values()
+                .filter(|m| m.spec.name != spec.name && m.spec.gpus.as_slice().contains(&gpu))
+                .map(|m| (m.spec.name.to_string(), m.spec.compute.guarantee()))
+                .filter(|&(_, g)| g > 0)
+                .collect();
+            holders.push((spec.name.to_string(), spec.compute.guarantee()));
+            let total: u32 = holders.iter().map(|(_, g)| g).sum();
+            if total > 100 {
+                let detail = holders
+                    .iter()
+                    .map(|(n, g)| format!("{n} {g}%"))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                return Err(StateError::Overcommitted { gpu, total, detail });
+            }
+        }
+        Ok(())
+    }
+
+    /// Adds a container and creates its region (or takes over an existing region file of
+    /// that name, with the new caps).
+    pub fn add(
+        &mut self,
+        spec: ContainerSpec,
+        origin: Origin,
+    ) -> Result<ContainerInfo, StateError> {
+        let name = spec.name.to_string();
+        if self.containers.contains_key(&name) {
+            return Err(StateError::Exists(name));
+        }
+        self.check_guarantees(&spec)?;
+        let path = self.region_path(&name);
+        let init = RegionInit {
+            name: name.clone(),
+            memory_caps: spec.memory_caps(),
+        };
+        let mut problems = Vec::new();
+        let region = match Region::open_or_create(&path, &init) {
+            Ok(r) if r.name() == name => r,
+            result => {
+                let reason = match result {
+                    Ok(r) => format!("it holds container {:?}", r.name()),
+                    Err(e) => e.to_string(),
+                };
+                let line = self.quarantine(&path, &reason);
+                problems.push(line);
+                Region::open_or_create(&path, &init)?
+            }
+        };
+        apply_caps(&region, &spec);
+        self.save(&spec, origin)?;
+        self.containers.insert(
+            name.clone(),
+            Managed {
+                spec,
+                origin,
+                region: Arc::new(region),
+                problems,
+                retiring: false,
+            },
+        );
+        Ok(self.info(&name).expect("just added"))
+    }
+
+    /// Changes a container; its processes see new caps at their next allocation and
+    /// memory query.
+    pub fn set(&mut self, name: &str, change: &SpecChange) -> Result<ContainerInfo, StateError> {
+        let m = self
+            .containers
+            .get(name)
+            .ok_or_else(|| StateError::Unknown(name.to_string()))?;
+        let mut spec = m.spec.clone();
+        if let Some(gpus) = &change.gpus {
+            spec.gpus = gpus.clone();
+        }
+        match change.memory {
+            Some(MemoryChange::Cap(size)) => spec.memory = Some(size),
+            Some(MemoryChange::Unlimited) => spec.memory = None,
+            None => {}
+        }
+        if let Some(compute) = change.compute {
+            spec.compute = compute;
+        }
+        if let Some(priority) = change.priority {
+            spec.priority = priority;
+        }
+        self.replace(spec)?;
+        Ok(self.info(name).expect("present"))
+    }
+
+    /// Puts `spec` in place of the container of its name, keeping its origin.
+    fn replace(&mut self, spec: ContainerSpec) -> Result<(), StateError> {
+        self.check_guarantees(&spec)?;
+        let name = spec.name.to_string();
+        let origin = self.containers[&name].origin;
+        self.save(&spec, origin)?;
+        let m = self.containers.get_mut(&name).expect("present");
+        apply_caps(&m.region, &spec);
+        m.spec = spec;
+        Ok(())
+    }
+
+    /// Removes a container: its region file and declaration. With live processes only when
+    /// `force`: they keep the caps they mapped, but the container is no longer managed.
+    pub fn remove(&mut self, name: &str, force: bool) -> Result<(), StateError> {
+        let m = self
+            .containers
+            .get(name)
+            .ok_or_else(|| StateError::Unknown(name.to_string()))?;
+        let count = m.region.processes().len();
+        if count > 0 && !force {
+            return Err(StateError::Busy {
+                name: name.to_string(),
+                count,
+            });
+        }
+        self.containers.remove(name);
+        let _ = std::fs::remove_file(self.region_path(name));
+        let _ = std::fs::remove_file(self.spec_path(name));
+        Ok(())
+    }
+
+    /// The origin of a container.
+    pub fn origin(&self, name: &str) -> Option<Origin> {
+        self.containers.get(name).map(|m| m.origin)
+    }
+
+    /// Marks a container for removal once it has no live processes, and removes it now if
+    /// it has none. True if it was removed.
+    pub fn retire(&mut self, name: &str, why: &str) -> bool {
+        let Some(m) = self.containers.get_mut(name) else {
+            return false;
+        };
+        if !m.retiring {
+            m.retiring = true;
+            m.problems
+                .push(format!("{why}; removed once its processes end"));
+        }
+        self.remove(name, false).is_ok()
+    }
+
+    /// Removes the retiring containers that have no live process left; returns their names.
+    pub fn sweep_retired(&mut self) -> Vec<String> {
+        let idle: Vec<String> = self
+            .containers
+            .iter()
+            .filter(|(_, m)| m.retiring && m.region.processes().is_empty())
+            .map(|(n, _)| n.clone())
+            .collect();
+        idle.into_iter()
+            .filter(|n| self.remove(n, false).is_ok())
+            .collect()
+    }
+
+    /// Checks every region's header; a spoiled region is quarantined and its container gets
+    /// a fresh one with its caps (its running processes keep the spoiled mapping). Returns
+    /// a log line per region replaced.
+    pub fn verify_regions(&mut self) -> Vec<String> {
+        let bad: Vec<(String, String)> = self
+            .containers
+            .iter()
+            .filter_map(|(n, m)| m.region.verify().err().map(|e| (n.clone(), e.to_string())))
+            .collect();
+        let mut log = Vec::new();
+        for (name, reason) in bad {
+            let path = self.region_path(&name);
+            let line = self.quarantine(&path, &reason);
+            let spec = self.containers[&name].spec.clone();
+            let init = RegionInit {
+                name: name.clone(),
+                memory_caps: spec.memory_caps(),
+            };
+            let m = self.containers.get_mut(&name).expect("present");
+            m.problems.push(line.clone());
+            match Region::open_or_create(&path, &init) {
+                Ok(region) => m.region = Arc::new(region),
+                Err(e) => m.problems.push(format!("cannot recreate its region: {e}")),
+            }
+            log.push(line);
+        }
+        log
+    }
+
+    /// Makes the config's containers the config-origin set: adds the new ones, changes the
+    /// changed ones and retires the ones no longer declared. Each container is handled on
+    /// its own; returns a log line per change or failure.
+    pub fn apply_config(
+        &mut self,
+        declared: &[ContainerSpec],
+        previous: &[ContainerSpec],
+    ) -> Vec<String> {
+        let mut log = Vec::new();
+        for spec in declared {
+            let name = spec.name.to_string();
+            let result = match self.containers.get(&name) {
+                None => self.add(spec.clone(), Origin::Config).map(|_| "added"),
+                // Unchanged in the file: changes made since through the API stand.
+                Some(m) if m.origin == Origin::Config && !m.retiring && previous.contains(spec) => {
+                    continue
+                }
+                Some(_) => self.take_over(spec).map(|()| "set from the config"),
+            };
+            match result {
+                Ok(what) => log.push(format!("container {name}: {what}")),
+                Err(e) => log.push(format!("container {name}: {e}")),
+            }
+        }
+        let gone: Vec<String> = self
+            .containers
+            .iter()
+            .filter(|(n, m)| {
+                m.origin == Origin::Config
+                    && !m.retiring
+                    && !declared.iter().any(|s| s.name.as_str() == n.as_str())
+            })
+            .map(|(n, _)| n.clone())
+            .collect();
+        for name in gone {
+            if self.retire(&name, "no longer declared in the config") {
+                log.push(format!(
+                    "container {name}: removed (no longer in the config)"
+                ));
+            } else {
+                log.push(format!(
+                    "container {name}: no longer in the config; removed once its processes end"
+                ));
+            }
+        }
+        log
+    }
+
+    /// Makes an existing container the config's, with the config's declaration.
+    fn take_over(&mut self, spec: &ContainerSpec) -> Result<(), StateError> {
+        let name = spec.name.to_string();
+        self.check_guarantees(spec)?;
+        let m = self.containers.get_mut(&name).expect("present");
+        m.origin = Origin::Config;
+        if m.retiring {
+            m.retiring = false;
+            m.problems.clear();
+        }
+        self.replace(spec.clone())
+    }
+
+    fn save(&self, spec: &ContainerSpec, origin: Origin) -> Result<(), StateError> {
+        let path = self.spec_path(spec.name.as_str());
+        let saved = Saved {
+            spec: spec.clone(),
+            origin,
+        };
+        let bytes = serde_json::to_vec_pretty(&saved).expect("plain data serializes");
+        let tmp = path.with_extension("json.tmp");
+        std::fs::write(&tmp, bytes)
+            .and_then(|()| std::fs::rename(&tmp, &path))
+            .map_err(|source| StateError::Io { path, source })
+    }
+
+    /// One container as `list` shows it.
+    pub fn info(&self, name: &str) -> Option<ContainerInfo> {
+        self.containers.get(name).map(|m| ContainerInfo {
+            spec: m.spec.clone(),
+            origin: m.origin,
+            region: self.region_path(name),
+        })
+    }
+
+    /// Every container, by name.
+    pub fn list(&self) -> Vec<ContainerInfo> {
+        self.containers
+            .keys()
+            .filter_map(|n| self.info(n))
+            .collect()
+    }
+
+    /// Every region, for the reaper (which works without holding the state).
+    pub fn regions(&self) -> Vec<Arc<Region>> {
+        self.containers.values().map(|m| m.region.clone()).collect()
+    }
+
+    /// The node as the regions show it: containers, their memory and processes. GPU-wide
+    /// figures, host pids and real usage are the watchdog's to add.
+    pub fn node_status(&self) -> NodeStatus {
+        let containers = self
+            .containers
+            .iter()
+            .map(|(name, m)| container_status(name, m, &self.region_path(name)))
+            .collect();
+        NodeStatus {
+            taken_unix_ms: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_millis() as u64)
+                .unwrap_or(0),
+            gpus: Vec::new(),
+            containers,
+            unmanaged: Vec::new(),
+            problems: self.problems.clone(),
+        }
+    }
+}
+
+/// The declaration file beside a region.
+#[derive(Serialize, Deserialize)]
+struct Saved {
+    spec: ContainerSpec,
+    origin: Origin,
+}
+
+/// Writes a spec's caps into its region.
+fn apply_caps(region: &Region, spec: &ContainerSpec) {
+    for (dev, cap) in spec.memory_caps().into_iter().enumerate() {
+        if region.memory_cap(dev) != cap {
+            region.set_memory_cap(dev, cap);
+        }
+    }
+}
+
+/// A declaration for a region found without one: its GPUs are the devices whose cap is not
+/// zero (all of them when it has no zero cap), its cap the largest of theirs.
+fn spec_from_region(name: ContainerName, region: &Region) -> ContainerSpec {
+    let open: Vec<u32> = (0..MAX_DEVICES as u32)
+        .filter(|&d| region.memory_cap(d as usize) != Some(0))
+        .collect();
+    let gpus = Gpus::new(open.clone()).unwrap_or_else(|_| Gpus::new(vec![0]).expect("valid"));
+    let caps: Vec<Option<u64>> = open
+        .iter()
+        .map(|&d| region.memory_cap(d as usize))
+        .collect();
+    let memory = if caps.iter().any(Option::is_none) || caps.is_empty() {
+        None
+    } else {
+        caps.iter().flatten().max().copied().map(MemorySize)
+    };
+    ContainerSpec {
+        name,
+        gpus,
+        memory,
+        compute: ComputePolicy::BestEffort,
+        priority: crate::policy::Priority::Online,
+    }
+}
+
+/// One container's status from its region. Host pids are left to the watchdog, which
+/// links them by the processes that map the region file.
+fn container_status(name: &str, m: &Managed, path: &Path) -> ContainerStatus {
+    let mut problems = m.problems.clone();
+    let processes: Vec<ContainerProcess> = m
+        .region
+        .processes()
+        .into_iter()
+        .map(|p| ContainerProcess {
+            slot: p.slot,
+            pid: p.pid,
+            host_pids: Vec::new(),
+            memory: p.memory.into_iter().take(DEVICES).collect(),
+        })
+        .collect();
+    let devices = m
+        .spec
+        .gpus
+        .as_slice()
+        .iter()
+        .map(|&gpu| {
+            let dev = gpu as usize;
+            let cap = m.region.memory_cap(dev);
+            let used = m.region.memory_used(dev);
+            // Untrusted: the processes' own figures must add up to the container's.
+            let held: u64 = processes
+                .iter()
+                .map(|p| p.memory.get(dev).copied().unwrap_or(0))
+                .fold(0, u64::saturating_add);
+            if held > used {
+                problems.push(format!(
+                    "GPU {gpu}: its processes claim {held} bytes but the container counts {used}; its region was tampered with"
+                ));
+            }
+            if cap.is_some_and(|c| used > c) && cap == m.spec.memory.map(|s| s.0) {
+                problems.push(format!(
+                    "GPU {gpu}: {used} bytes in use, over its cap (lowered below its usage)"
+                ));
+            }
+            ContainerDevice {
+                gpu,
+                memory_used: used,
+                memory_cap: cap,
+                real_memory_used: None,
+                share_target: match m.spec.compute {
+                    ComputePolicy::Fixed(q) | ComputePolicy::Burst(q) => Some(f64::from(q) / 100.0),
+                    ComputePolicy::BestEffort => None,
+                },
+                share_measured: None,
+                throttled_ns: 0,
+                preemptions: 0,
+            }
+        })
+        .collect();
+    ContainerStatus {
+        name: name.to_string(),
+        compute: m.spec.compute.to_string(),
+        priority: m.spec.priority.to_string(),
+        region: path.to_path_buf(),
+        devices,
+        processes,
+        problems,
+    }
+}

@@ -1,0 +1,355 @@
+//! The watchdog: what really runs on the GPUs, by NVML, set against what the containers'
+//! regions say.
+//!
+//! - A container's processes are found on the host as the processes that map its region
+//!   file (the region records pids in the container's pid namespace; NVML names host pids).
+//! - A process on a GPU that maps no region belongs to no container: it is *unmanaged*.
+//! - A container whose processes hold more memory on a GPU than its cap allows, by NVML's
+//!   count, has bypassed `libtessera.so` (a static binary, a process started without the
+//!   preload that maps the region anyway): a problem for people to see.
+//!
+//! Without NVML (no NVIDIA driver) the watchdog only links host pids; it is not an error.
+
+mod nvml;
+mod procfs;
+
+pub use nvml::{GpuSample, Nvml, NvmlError, LIBRARY};
+
+use crate::status::{GpuStatus, NodeStatus, UnmanagedProcess};
+use procfs::{FileId, ProcessMaps};
+use std::collections::{HashMap, HashSet};
+use std::ffi::OsStr;
+use std::path::Path;
+use tessera_region::units::format_size;
+
+/// How far NVML's count of a container's memory may exceed its cap before the watchdog
+/// reports it: the driver rounds allocations up to its page sizes and keeps per-process
+/// state of its own, which the library's count cannot see.
+pub const DEFAULT_SLACK: u64 = 64 << 20;
+
+/// Watches the GPUs of the node; see the module's documentation. Keeps NVML initialised
+/// while it lives.
+#[derive(Debug)]
+pub struct Watchdog {
+    nvml: Option<Nvml>,
+    maps: ProcessMaps,
+    /// Processes never attributed: `controld` itself maps every region.
+    ignore: Vec<u32>,
+    slack: u64,
+    /// The last NVML failure logged.
+    last_error: Option<String>,
+}
+
+// The daemon shares it between its threads (behind a lock).
+const _: () = {
+    const fn shareable<T: Send + Sync>() {}
+    shareable::<Watchdog>();
+};
+
+impl Default for Watchdog {
+    fn default() -> Self {
+        Watchdog::new()
+    }
+}
+
+impl Watchdog {
+    /// A watchdog on the node's NVML (`libnvidia-ml.so.1`). Without it, one log line says so
+    /// and the watchdog only links host pids.
+    pub fn new() -> Watchdog {
+        match Watchdog::with_library(OsStr::new(LIBRARY)) {
+            Ok(watchdog) => watchdog,
+            Err(e) => {
+                crate::log::info(&format!(
+                    "watchdog off: {e}; GPUs, unmanaged processes and bypassed caps go unseen"
+                ));
+                Watchdog::without_nvml()
+            }
+        }
+    }
+
+    /// A watchdog on the NVML at `library` (a name the dynamic loader searches for, or a
+    /// path).
+    pub fn with_library(library: &OsStr) -> Result<Watchdog, NvmlError> {
+        Ok(Watchdog {
+            nvml: Some(Nvml::load(library)?),
+            ..Watchdog::without_nvml()
+        })
+    }
+
+    /// A watchdog without NVML: it links host pids, nothing more.
+    pub fn without_nvml() -> Watchdog {
+        Watchdog {
+            nvml: None,
+            maps: ProcessMaps::new(Path::new("/proc")),
+            ignore: vec![std::process::id()],
+            slack: DEFAULT_SLACK,
+            last_error: None,
+        }
+    }
+
+    /// Sets how far real memory may exceed a cap unreported ([`DEFAULT_SLACK`]).
+    pub fn with_slack(mut self, bytes: u64) -> Watchdog {
+        self.slack = bytes;
+        self
+    }
+
+    /// Whether NVML is loaded.
+    pub fn has_nvml(&self) -> bool {
+        self.nvml.is_some()
+    }
+
+    /// Fills in what the watchdog sees: `gpus`, `unmanaged`, and per container the host pids
+    /// of its processes, its real memory use per GPU, and a problem where that exceeds the
+    /// cap. Everything else in `status` is read as the daemon built it. An NVML failure is
+    /// logged (once until it changes) and leaves the GPU figures out.
+    ///
+    /// The first call reads every process of the node (about 0.1 s for a thousand); later
+    /// ones read only new processes and a few due again: call it once when the daemon starts.
+    pub fn observe(&mut self, status: &mut NodeStatus) {
+        let gpus = match self.nvml.as_ref().map(Nvml::sample) {
+            Some(Ok(gpus)) => {
+                self.last_error = None;
+                Some(gpus)
+            }
+            Some(Err(e)) => {
+                // Once per kind of failure, not once per status.
+                let e = e.to_string();
+                if self.last_error.as_ref() != Some(&e) {
+                    crate::log::warn(&format!("watchdog: {e}"));
+                    self.last_error = Some(e);
+                }
+                None
+            }
+            None => None,
+        };
+        let files: Vec<Option<FileId>> = status
+            .containers
+            .iter()
+            .map(|c| FileId::of(&c.region).ok())
+            .collect();
+        self.maps.update(&self.ignore);
+        let mut mapping = self.maps.mapping(&files);
+        self.link_host_pids(status, &mapping);
+        // Processes that may have mapped a region since they were last read: on a GPU but
+        // in no container, or a container's process without a host pid (in a container
+        // that shares the host's pid namespace, its pid is the host pid).
+        let mut suspects: Vec<u32> = gpus
+            .iter()
+            .flatten()
+            .flat_map(|g| g.processes.iter().map(|(pid, _)| *pid))
+            .filter(|pid| !mapping.iter().any(|pids| pids.contains(pid)))
+            .collect();
+        for (container, pids) in status.containers.iter().zip(&mapping) {
+            suspects.extend(
+                container
+                    .processes
+                    .iter()
+                    .filter(|p| p.host_pids.is_empty() && !pids.contains(&p.pid))
+                    .map(|p| p.pid)
+                    .filter(|&pid| self.maps.has(pid)),
+            );
+        }
+        if !suspects.is_empty() {
+            self.maps.reread(&suspects);
+            mapping = self.maps.mapping(&files);
+            self.link_host_pids(status, &mapping);
+        }
+        if let Some(gpus) = gpus {
+            judge(status, &gpus, &mapping, self.slack);
+        }
+    }
+
+    /// Gives each container process the host pids whose namespace pid is its pid.
+    fn link_host_pids(&mut self, status: &mut NodeStatus, mapping: &[Vec<u32>]) {
+        for (container, host_pids) in status.containers.iter_mut().zip(mapping) {
+            for process in &mut container.processes {
+                process.host_pids.clear();
+            }
+            for &host_pid in host_pids {
+                let Some(pid) = self.maps.namespace_pid(host_pid) else {
+                    continue;
+                };
+                for process in container.processes.iter_mut().filter(|p| p.pid == pid) {
+                    process.host_pids.push(host_pid);
+                }
+            }
+        }
+    }
+}
+
+/// Sets the GPU figures, the unmanaged processes and, per container, real memory use and
+/// problems, from NVML's `gpus` and the host pids that map each container's region.
+fn judge(status: &mut NodeStatus, gpus: &[GpuSample], mapping: &[Vec<u32>], slack: u64) {
+    status.gpus = gpus
+        .iter()
+        .map(|g| GpuStatus {
+            index: g.index,
+            name: g.name.clone(),
+            uuid: g.uuid.clone(),
+            memory_total: g.memory_total,
+            memory_used: g.memory_used,
+            utilization_percent: g.utilization_percent,
+        })
+        .collect();
+    let managed: HashSet<u32> = mapping.iter().flatten().copied().collect();
+    status.unmanaged = gpus
+        .iter()
+        .flat_map(|g| g.processes.iter().map(move |p| (g.index, p)))
+        .filter(|(_, (pid, _))| !managed.contains(pid))
+        .map(|(gpu, &(pid, memory))| UnmanagedProcess {
+            gpu,
+            pid,
+            memory: memory.unwrap_or(0),
+        })
+        .collect();
+    let by_index: HashMap<u32, &GpuSample> = gpus.iter().map(|g| (g.index, g)).collect();
+    for (container, host_pids) in status.containers.iter_mut().zip(mapping) {
+        for device in &mut container.devices {
+            let Some(gpu) = by_index.get(&device.gpu) else {
+                device.real_memory_used = None;
+                continue;
+            };
+            let real: u64 = gpu
+                .processes
+                .iter()
+                .filter(|(pid, _)| host_pids.binary_search(pid).is_ok())
+                .map(|(_, memory)| memory.unwrap_or(0))
+                .sum();
+            device.real_memory_used = Some(real);
+            if let Some(cap) = device.memory_cap {
+                if real > cap.saturating_add(slack) {
+                    // NVML's figure is rarely a round number: MiB, rounded, for people.
+                    container.problems.push(format!(
+                        "its processes hold {}MiB on GPU {}, over its cap of {}: something \
+                         allocates without libtessera.so",
+                        (real + (1 << 19)) >> 20,
+                        device.gpu,
+                        format_size(cap)
+                    ));
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::status::{ContainerDevice, ContainerStatus};
+    use std::path::PathBuf;
+
+    fn container(name: &str, cap: Option<u64>) -> ContainerStatus {
+        ContainerStatus {
+            name: name.to_string(),
+            compute: "best-effort".to_string(),
+            priority: "offline".to_string(),
+            region: PathBuf::from(format!("/nonexistent/{name}.region")),
+            devices: vec![ContainerDevice {
+                gpu: 0,
+                memory_used: 0,
+                memory_cap: cap,
+                real_memory_used: None,
+                share_target: None,
+                share_measured: None,
+                throttled_ns: 0,
+                preemptions: 0,
+            }],
+            processes: Vec::new(),
+            problems: Vec::new(),
+        }
+    }
+
+    fn gpu(processes: Vec<(u32, Option<u64>)>) -> GpuSample {
+        GpuSample {
+            index: 0,
+            name: "Simulated".to_string(),
+            uuid: "GPU-0".to_string(),
+            memory_total: 80 << 30,
+            memory_used: 3 << 30,
+            utilization_percent: Some(12.0),
+            processes,
+        }
+    }
+
+    #[test]
+    fn attributes_by_host_pid_and_flags_the_rest() {
+        let mut status = NodeStatus {
+            containers: vec![container("a", Some(1 << 30)), container("b", Some(1 << 30))],
+            ..NodeStatus::default()
+        };
+        let gpus = [gpu(vec![
+            (10, Some(600 << 20)),
+            (11, Some(600 << 20)),
+            (20, Some(512 << 20)),
+            (30, Some(256 << 20)),
+            (31, None),
+        ])];
+        judge(&mut status, &gpus, &[vec![10, 11], vec![20]], DEFAULT_SLACK);
+        assert_eq!(status.gpus.len(), 1);
+        assert_eq!(status.gpus[0].utilization_percent, Some(12.0));
+        let unmanaged: Vec<(u32, u64)> =
+            status.unmanaged.iter().map(|u| (u.pid, u.memory)).collect();
+        assert_eq!(unmanaged, vec![(30, 256 << 20), (31, 0)]);
+        let a = &status.containers[0];
+        assert_eq!(a.devices[0].real_memory_used, Some(1200 << 20));
+        assert_eq!(a.problems.len(), 1, "{:?}", a.problems);
+        assert!(a.problems[0].contains("1200MiB on GPU 0, over its cap of 1GiB"));
+        let b = &status.containers[1];
+        assert_eq!(b.devices[0].real_memory_used, Some(512 << 20));
+        assert!(b.problems.is_empty());
+    }
+
+    #[test]
+    fn slack_and_unlimited_caps_are_quiet() {
+        let mut status = NodeStatus {
+            containers: vec![container("a", Some(1 << 30)), container("b", None)],
+            ..NodeStatus::default()
+        };
+        let gpus = [gpu(vec![
+            (10, Some((1 << 30) + (2 << 20))),
+            (20, Some(70 << 30)),
+        ])];
+        judge(&mut status, &gpus, &[vec![10], vec![20]], DEFAULT_SLACK);
+        assert!(status.containers.iter().all(|c| c.problems.is_empty()));
+        assert!(status.unmanaged.is_empty());
+    }
+
+    #[test]
+    fn a_gpu_nvml_does_not_know_has_no_real_figure() {
+        let mut status = NodeStatus {
+            containers: vec![container("a", Some(1))],
+            ..NodeStatus::default()
+        };
+        status.containers[0].devices[0].gpu = 3;
+        judge(
+            &mut status,
+            &[gpu(vec![(10, Some(5 << 30))])],
+            &[vec![10]],
+            0,
+        );
+        assert_eq!(status.containers[0].devices[0].real_memory_used, None);
+        assert!(status.containers[0].problems.is_empty());
+    }
+
+    #[test]
+    fn without_nvml_it_only_links_pids() {
+        let mut status = NodeStatus {
+            containers: vec![container("a", Some(1))],
+            ..NodeStatus::default()
+        };
+        let mut watchdog = Watchdog::without_nvml();
+        assert!(!watchdog.has_nvml());
+        watchdog.observe(&mut status);
+        assert!(status.gpus.is_empty() && status.unmanaged.is_empty());
+        assert_eq!(status.containers[0].devices[0].real_memory_used, None);
+    }
+
+    #[test]
+    fn a_missing_library_is_an_error_that_names_it() {
+        let e = Watchdog::with_library(OsStr::new("libtessera-no-such-nvml.so.1")).unwrap_err();
+        assert!(
+            e.to_string().contains("libtessera-no-such-nvml.so.1"),
+            "{e}"
+        );
+    }
+}

@@ -1,0 +1,196 @@
+//! What the controld tests share: a daemon on a simulated node, in a state dir of its own,
+//! and the CLI pointed at it.
+
+#![allow(dead_code)]
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+use tessera_tests::{artifacts, run_with_timeout, Running, SimNode};
+
+/// The `controld` binary of this build (`libtessera.so` is built next to it).
+pub fn controld() -> PathBuf {
+    // Builds simgpu, gpuload and libtessera.so into the same profile dir.
+    let _ = artifacts();
+    PathBuf::from(env!("CARGO_BIN_EXE_controld"))
+}
+
+/// A fresh directory under the temp dir, removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(what: &str) -> TempDir {
+        static SEQ: AtomicU64 = AtomicU64::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "controld-test-{what}-{}-{}",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A node, a state dir and (once started) a daemon on them.
+pub struct Node {
+    pub sim: SimNode,
+    pub dir: TempDir,
+    pub daemon: Option<Running>,
+}
+
+impl Node {
+    pub fn new(what: &str) -> Node {
+        Node {
+            sim: SimNode::new("A100-40GB", &[]),
+            dir: TempDir::new(what),
+            daemon: None,
+        }
+    }
+
+    pub fn state_dir(&self) -> PathBuf {
+        self.dir.path().join("state")
+    }
+
+    pub fn socket(&self) -> PathBuf {
+        self.state_dir().join("control.sock")
+    }
+
+    pub fn region(&self, name: &str) -> PathBuf {
+        self.state_dir().join(format!("{name}.region"))
+    }
+
+    /// Writes a config file in the test dir and returns its path.
+    pub fn write_config(&self, text: &str) -> PathBuf {
+        let path = self.dir.path().join("controld.toml");
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    /// A `controld` command on this node (simgpu's libraries on the library path).
+    pub fn command(&self) -> Command {
+        let mut cmd = self.sim.command(controld());
+        cmd.env_remove("TESSERA_STATE_DIR")
+            .env("TESSERA_LOG", "debug");
+        cmd
+    }
+
+    /// `controld run` with `config`; waits until its socket answers.
+    pub fn start(&mut self, config: Option<&Path>) {
+        let mut cmd = self.command();
+        cmd.arg("run").arg("--state-dir").arg(self.state_dir());
+        if let Some(config) = config {
+            cmd.arg("--config").arg(config);
+        }
+        self.daemon = Some(Running::spawn(&mut cmd, "controld run"));
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(status) = self.daemon.as_mut().unwrap().try_status() {
+                panic!("controld run exited at start: {status}");
+            }
+            if self.socket().exists() && self.ctl(&["status", "--json"]).status.success() {
+                return;
+            }
+            assert!(Instant::now() < deadline, "controld did not start in 20 s");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The daemon's pid.
+    pub fn daemon_pid(&self) -> u32 {
+        self.daemon.as_ref().expect("started").pid()
+    }
+
+    /// Sends a signal to the daemon.
+    pub fn signal(&self, sig: i32) {
+        // SAFETY: kill on our own live child.
+        assert_eq!(unsafe { libc::kill(self.daemon_pid() as i32, sig) }, 0);
+    }
+
+    /// Whether the daemon still runs.
+    pub fn daemon_alive(&mut self) -> bool {
+        self.daemon.as_mut().unwrap().try_status().is_none()
+    }
+
+    /// `controld <args> --state-dir <dir>`, run to completion.
+    pub fn ctl(&self, args: &[&str]) -> Output {
+        let mut cmd = self.command();
+        let split = args.iter().position(|&a| a == "--").unwrap_or(args.len());
+        cmd.args(&args[..split])
+            .arg("--state-dir")
+            .arg(self.state_dir())
+            .args(&args[split..]);
+        run_with_timeout(&mut cmd, Duration::from_secs(60))
+    }
+
+    /// Like [`Node::ctl`], panicking with its stderr on failure.
+    pub fn ctl_ok(&self, args: &[&str]) -> String {
+        let out = self.ctl(args);
+        assert!(
+            out.status.success(),
+            "controld {args:?} failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// `controld status --json`, parsed.
+    pub fn status(&self) -> Value {
+        serde_json::from_str(&self.ctl_ok(&["status", "--json"])).unwrap()
+    }
+
+    /// A container's status, if present.
+    pub fn container(&self, name: &str) -> Option<Value> {
+        container(&self.status(), name)
+    }
+
+    /// A command that runs in container `name`, as `controld exec` would set it up.
+    pub fn in_container(&self, name: &str, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        let mut cmd = self.sim.command(program);
+        for (key, _) in std::env::vars_os() {
+            if key.to_string_lossy().starts_with("TESSERA_") {
+                cmd.env_remove(&key);
+            }
+        }
+        cmd.env("LD_PRELOAD", &artifacts().libtessera)
+            .env("TESSERA_REGION", self.region(name));
+        cmd
+    }
+}
+
+/// A container in a status document.
+pub fn container(status: &Value, name: &str) -> Option<Value> {
+    status["containers"]
+        .as_array()?
+        .iter()
+        .find(|c| c["name"] == name)
+        .cloned()
+}
+
+/// Polls `check` every 10 ms until it holds or `timeout` passes; returns how long it took.
+pub fn wait_until(timeout: Duration, what: &str, mut check: impl FnMut() -> bool) -> Duration {
+    let start = Instant::now();
+    loop {
+        if check() {
+            return start.elapsed();
+        }
+        assert!(start.elapsed() < timeout, "{what}: not within {timeout:?}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+pub const MIB: u64 = 1 << 20;
+pub const GIB: u64 = 1 << 30;
