@@ -1,27 +1,35 @@
 //! What `libtessera.so` adds to a driver call: each benchmark calls the same entry point
-//! once through the library's export and once in simgpu's `libcuda.so.1` directly, in the
-//! same process, so the difference of the two medians is the library's cost.
+//! once through the library's export and once in the driver directly, in the same process,
+//! so the difference of the two medians is the library's cost.
+//!
+//! Two drivers, each in its own process (a process has one real driver under libtessera):
+//! - simgpu's `libcuda.so.1`, the driver every test runs on. Its allocations are backed by
+//!   `mmap`/`munmap` (microseconds), which drowns the library's share of an allocation;
+//! - a stub driver (`stub_driver.c`, compiled here with the system C compiler) that answers
+//!   each call in a few instructions, handed to libtessera as `TESSERA_REAL_LIBCUDA`: the
+//!   difference against it is the library's own cost, resolvable to a few nanoseconds.
 //!
 //! Run with `cargo bench -p tessera-bench --bench hooks`. The benchmark builds what it needs
-//! (simgpu's libraries and libtessera.so, in the bench's own profile), then re-executes
-//! itself with `LD_LIBRARY_PATH` naming simgpu's library directory, because that is how
-//! libtessera.so finds the real driver (`libcuda.so.1`) and the dynamic loader reads the
-//! variable only at start-up. The node is private (`SIMGPU_STATE` in a temporary file) and
-//! the container is anonymous with a 64 GiB cap, so the accounting path runs in full.
+//! (simgpu's libraries and libtessera.so, in the bench's own profile, and the stub), then
+//! runs itself once per driver with that driver's environment, because that is how
+//! libtessera.so finds the real driver and the dynamic loader reads `LD_LIBRARY_PATH` only
+//! at start-up. simgpu's node is private (`SIMGPU_STATE` in a temporary file); the container
+//! is anonymous with a 64 GiB cap, so the accounting path runs in full.
 //!
-//! The launch benchmark launches a null function: the driver refuses it at once, so the
-//! figure is the wrapper's own cost rather than the simulated kernel's.
+//! The launch benchmark launches a null function: both drivers refuse it at once, so the
+//! figure is the wrapper's own cost rather than a kernel's.
 
 use criterion::{criterion_group, BenchmarkId, Criterion};
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr, CString};
 use std::hint::black_box;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::ptr::null_mut;
 
-/// Set in the re-executed benchmark.
+/// Set in the re-executed benchmark, to the driver it measures: [`SIMGPU`] or [`STUB`].
 const CHILD: &str = "TESSERA_BENCH_WITH_DRIVER_ENV";
+const SIMGPU: &str = "simgpu";
+const STUB: &str = "stub";
 
 type Result = u32;
 type LaunchKernel = unsafe extern "C" fn(
@@ -94,10 +102,15 @@ fn profile_dir() -> PathBuf {
         .to_path_buf()
 }
 
-/// Builds simgpu's libraries and libtessera.so in the bench's profile, then re-executes
-/// this benchmark with the driver's environment. Returns only in the re-executed process.
-fn reexec_with_driver_env() {
-    if std::env::var_os(CHILD).is_some() {
+/// The driver this process measures, when it is a re-executed child.
+fn driver_kind() -> Option<String> {
+    std::env::var(CHILD).ok()
+}
+
+/// Builds simgpu's libraries, libtessera.so and the stub driver in the bench's profile,
+/// then runs this benchmark once per driver with its environment. Returns only in a child.
+fn run_per_driver() {
+    if driver_kind().is_some() {
         return;
     }
     let dir = profile_dir();
@@ -124,19 +137,50 @@ fn reexec_with_driver_env() {
         .expect("run simgpu lib-dir");
     assert!(out.status.success(), "simgpu lib-dir failed");
     let lib_dir = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let stub = build_stub(&dir);
     let state = std::env::temp_dir().join(format!("tessera-bench-{}.state", std::process::id()));
-    let err = Command::new(std::env::current_exe().expect("the bench has a path"))
-        .args(std::env::args_os().skip(1))
-        .env(CHILD, "1")
-        .env("LD_LIBRARY_PATH", &lib_dir)
-        .env("SIMGPU_STATE", &state)
-        .env("SIMGPU_DEVICES", "H100-80GB")
-        .env("TESSERA_MEMORY_LIMIT", "64GiB")
-        .env_remove("TESSERA_REGION")
-        .env_remove("TESSERA_DEBUG_COUNTERS")
-        .env_remove("LD_PRELOAD")
-        .exec();
-    panic!("re-executing the benchmark failed: {err}");
+    let child = |kind: &str| {
+        let mut cmd = Command::new(std::env::current_exe().expect("the bench has a path"));
+        cmd.args(std::env::args_os().skip(1))
+            .env(CHILD, kind)
+            .env("TESSERA_MEMORY_LIMIT", "64GiB")
+            .env_remove("TESSERA_REGION")
+            .env_remove("TESSERA_DEBUG_COUNTERS")
+            .env_remove("TESSERA_REAL_LIBCUDA")
+            .env_remove("LD_PRELOAD");
+        cmd
+    };
+    let runs = [
+        child(SIMGPU)
+            .env("LD_LIBRARY_PATH", &lib_dir)
+            .env("SIMGPU_STATE", &state)
+            .env("SIMGPU_DEVICES", "H100-80GB")
+            .status(),
+        child(STUB).env("TESSERA_REAL_LIBCUDA", &stub).status(),
+    ];
+    let _ = std::fs::remove_file(&state);
+    for (kind, run) in [SIMGPU, STUB].iter().zip(runs) {
+        let status = run.expect("run the benchmark");
+        assert!(status.success(), "the benchmark on {kind} failed: {status}");
+    }
+    std::process::exit(0);
+}
+
+/// Compiles `stub_driver.c` into `<profile>/bench-stub/libcuda-stub.so`.
+fn build_stub(dir: &Path) -> PathBuf {
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/stub_driver.c");
+    let out_dir = dir.join("bench-stub");
+    std::fs::create_dir_all(&out_dir).expect("create the stub's directory");
+    let lib = out_dir.join("libcuda-stub.so");
+    let cc = std::env::var_os("CC").unwrap_or_else(|| "cc".into());
+    let status = Command::new(cc)
+        .args(["-shared", "-fPIC", "-O2", "-Wall", "-Werror", "-o"])
+        .arg(&lib)
+        .arg(&source)
+        .status()
+        .expect("run the C compiler (cc, or $CC)");
+    assert!(status.success(), "compiling {} failed", source.display());
+    lib
 }
 
 struct Libraries {
@@ -148,7 +192,11 @@ fn libraries() -> &'static Libraries {
     static LIBS: std::sync::OnceLock<Libraries> = std::sync::OnceLock::new();
     LIBS.get_or_init(|| {
         let dir = profile_dir();
-        let driver = Library::open(&dir.join("simgpu-lib/libcuda.so.1"));
+        // The library libtessera.so loads as the real driver, so both sides share its state.
+        let driver = match std::env::var_os("TESSERA_REAL_LIBCUDA") {
+            Some(stub) => Library::open(Path::new(&stub)),
+            None => Library::open(&dir.join("simgpu-lib/libcuda.so.1")),
+        };
         let tessera = Library::open(&dir.join("libtessera.so"));
         // A current context on device 0, through the driver directly, so that both sides
         // measure the same state. (libtessera counts its own context on its first hooked
@@ -170,10 +218,15 @@ fn libraries() -> &'static Libraries {
     })
 }
 
-/// The two sides of every comparison.
+/// The two sides of every comparison, named after the driver: `simgpu` and `libtessera`,
+/// or `stub` and `libtessera-on-stub`.
 fn sides() -> [(&'static str, &'static Library); 2] {
     let l = libraries();
-    [("simgpu", &l.driver), ("libtessera", &l.tessera)]
+    if driver_kind().as_deref() == Some(STUB) {
+        [("stub", &l.driver), ("libtessera-on-stub", &l.tessera)]
+    } else {
+        [("simgpu", &l.driver), ("libtessera", &l.tessera)]
+    }
 }
 
 fn launch(c: &mut Criterion) {
@@ -285,12 +338,15 @@ criterion_group!(
     dlsym_routing,
     get_proc_address
 );
+// The stub answers only the driver calls; dlsym and cuGetProcAddress are measured on simgpu.
+criterion_group!(stub_benches, launch, alloc_free, mem_get_info);
 
 fn main() {
-    reexec_with_driver_env();
-    benches();
-    Criterion::default().configure_from_args().final_summary();
-    if let Some(state) = std::env::var_os("SIMGPU_STATE") {
-        let _ = std::fs::remove_file(state);
+    run_per_driver();
+    if driver_kind().as_deref() == Some(STUB) {
+        stub_benches();
+    } else {
+        benches();
     }
+    Criterion::default().configure_from_args().final_summary();
 }

@@ -9,10 +9,13 @@ Modes for the memory-cap tests (the protocol of tests/clients/tessera_client.c):
            print "done {json}"
   names    calls the library does not intercept (name, attribute, count, version) and
            three allocate/free pairs; print "names {json}"
+  hold <bytes>
+           allocate on device 0, print "ready {json}", sleep until killed
 """
 
 import json
 import os
+import signal
 import sys
 
 from cuda.bindings import driver as cu
@@ -133,6 +136,19 @@ def capfill():
     })
 
 
+def hold():
+    if len(sys.argv) < 3 or not sys.argv[2].isdigit():
+        print("hold <bytes>: a size in bytes", file=sys.stderr)
+        sys.exit(2)
+    size = int(sys.argv[2])
+    open_device()
+    dptr = check("cuMemAlloc", cu.cuMemAlloc(size))
+    emit("ready", {"pid": os.getpid(), "binding": "cuda-bindings", "bytes": size,
+                   "ptr": int(dptr)})
+    while True:
+        signal.pause()
+
+
 def names():
     device = open_device()
     name = check("cuDeviceGetName", cu.cuDeviceGetName(128, device))
@@ -150,7 +166,7 @@ def names():
 
 
 if __name__ == "__main__":
-    MODES = {"capfill": capfill, "names": names}
+    MODES = {"capfill": capfill, "names": names, "hold": hold}
     if len(sys.argv) > 1:
         if sys.argv[1] not in MODES:
             print(f"unknown mode {sys.argv[1]!r}: one of {sorted(MODES)}", file=sys.stderr)

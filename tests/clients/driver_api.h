@@ -17,6 +17,7 @@ typedef struct simgpu_test_function *CUfunction;
 typedef struct simgpu_test_stream *CUstream;
 typedef struct simgpu_test_event *CUevent;
 typedef unsigned long long CUmemGenericAllocationHandle;
+typedef void (*CUhostFn)(void *user_data);
 
 /* Virtual memory management: where a physical allocation lives and who may access it. */
 typedef struct {
@@ -99,6 +100,8 @@ enum {
     X(cuStreamCreate, "cuStreamCreate", 2000, (CUstream *stream, unsigned int flags))        \
     X(cuStreamDestroy_v2, "cuStreamDestroy", 4000, (CUstream stream))                        \
     X(cuStreamSynchronize, "cuStreamSynchronize", 2000, (CUstream stream))                   \
+    X(cuLaunchHostFunc, "cuLaunchHostFunc", 10000,                                           \
+      (CUstream stream, CUhostFn fn, void *user_data))                                       \
     X(cuEventCreate, "cuEventCreate", 2000, (CUevent *event, unsigned int flags))            \
     X(cuEventDestroy_v2, "cuEventDestroy", 4000, (CUevent event))                            \
     X(cuEventRecord, "cuEventRecord", 2000, (CUevent event, CUstream stream))                \

@@ -15,6 +15,14 @@
  *                           line, release; print "released {json}"
  *   async <bytes>           cuMemAllocAsync on a stream; print "allocated {json}", wait for
  *                           a line, cuMemFreeAsync + synchronize; print "freed {json}"
+ *   asyncorder <bytes>      cuMemAllocAsync on a stream held up by a host function, then
+ *                           cuMemFreeAsync behind it; print "pending {json}" while the free
+ *                           waits in the stream, wait for a line, let the stream run and
+ *                           synchronize; print "settled {json}"
+ *   expandable <granules>   PyTorch's expandable segments: cuMemCreate, map it as two
+ *                           mappings, cuMemRelease at once and use the mapping; print
+ *                           "released {json}", wait for a line, unmap both with one
+ *                           cuMemUnmap; print "unmapped {json}" and wait for a line
  *   forkchild <bytes>       fork before cuInit; the child allocates, prints "child {json}",
  *                           waits for a line and exits; then the parent initializes, prints
  *                           "parent {json}" and waits for a line
@@ -390,6 +398,111 @@ static int mode_async(size_t bytes) {
     return 0;
 }
 
+/* A host function that holds its stream until the main thread opens the gate. */
+static volatile int stream_gate_open;
+
+static void hold_stream(void *unused) {
+    (void)unused;
+    struct timespec tick = {0, 1000000};
+    while (!__atomic_load_n(&stream_gate_open, __ATOMIC_ACQUIRE))
+        nanosleep(&tick, NULL);
+}
+
+static int mode_asyncorder(size_t bytes) {
+    CUdevice device;
+    CUcontext ctx;
+    CUstream stream;
+    CUdeviceptr p = 0, over = 0;
+    size_t free0 = 0, free1 = 0, free2 = 0, free3 = 0, total = 0;
+    if (use_device(0, &device, &ctx) != 0)
+        return 1;
+    CHECK(&d, cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+    CHECK(&d, cuMemGetInfo_v2(&free0, &total));
+    CHECK(&d, cuMemAllocAsync(&p, bytes, stream));
+    CHECK(&d, cuStreamSynchronize(stream));
+    CHECK(&d, cuMemGetInfo_v2(&free1, &total));
+    /* The free waits behind work that is still running: the memory is still in use. */
+    CHECK(&d, cuLaunchHostFunc(stream, hold_stream, NULL));
+    CHECK(&d, cuMemFreeAsync(p, stream));
+    CHECK(&d, cuMemGetInfo_v2(&free2, &total));
+    /* The same bytes again: they fit only if the queued free counted as done. */
+    CUresult over_rc = d.cuMemAlloc_v2(&over, bytes);
+    char json[512];
+    snprintf(json, sizeof json,
+             "{\"pid\":%d,\"bytes\":%zu,\"free_before\":%zu,\"free_allocated\":%zu,"
+             "\"free_pending\":%zu,\"total\":%zu,\"over_rc\":%d}",
+             (int)getpid(), bytes, free0, free1, free2, total, over_rc);
+    emit("pending", json);
+    wait_for_go();
+    __atomic_store_n(&stream_gate_open, 1, __ATOMIC_RELEASE);
+    /* Freed only now: cuMemFree may wait for the device, and the stream is held above. */
+    if (over_rc == CUDA_SUCCESS)
+        CHECK(&d, cuMemFree_v2(over));
+    CHECK(&d, cuStreamSynchronize(stream));
+    CHECK(&d, cuMemGetInfo_v2(&free3, &total));
+    snprintf(json, sizeof json, "{\"free_settled\":%zu}", free3);
+    emit("settled", json);
+    CHECK(&d, cuStreamDestroy_v2(stream));
+    return 0;
+}
+
+static int mode_expandable(size_t granules) {
+    CUdevice device;
+    CUcontext ctx;
+    size_t gran = 0, free0 = 0, free1 = 0, free2 = 0, total = 0;
+    CUmemGenericAllocationHandle handle = 0, over = 0;
+    CUdeviceptr va = 0;
+    if (granules < 2 || granules % 2 != 0) {
+        fprintf(stderr, "expandable: an even number of granules\n");
+        return 2;
+    }
+    if (use_device(0, &device, &ctx) != 0)
+        return 1;
+    CUmemAllocationProp prop;
+    memset(&prop, 0, sizeof prop);
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = device;
+    CHECK(&d, cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+    size_t size = granules * gran, half = size / 2;
+    CHECK(&d, cuMemGetInfo_v2(&free0, &total));
+    CHECK(&d, cuMemCreate(&handle, size, &prop, 0));
+    CHECK(&d, cuMemAddressReserve(&va, size, 0, 0, 0));
+    CHECK(&d, cuMemMap(va, half, 0, handle, 0));
+    CHECK(&d, cuMemMap(va + half, half, half, handle, 0));
+    /* Released at once, as expandable segments do: the mappings keep the memory alive. */
+    CHECK(&d, cuMemRelease(handle));
+    CUmemAccessDesc access = {{CU_MEM_LOCATION_TYPE_DEVICE, device},
+                              CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    CHECK(&d, cuMemSetAccess(va, size, &access, 1));
+    static const char hello[] = "released granules still hold data";
+    char back[sizeof hello] = {0};
+    CHECK(&d, cuMemcpyHtoD_v2(va + size - sizeof hello, hello, sizeof hello));
+    CHECK(&d, cuMemcpyDtoH_v2(back, va + size - sizeof hello, sizeof hello));
+    CHECK(&d, cuMemGetInfo_v2(&free1, &total));
+    /* As many granules again: they fit only if the release gave the memory back. */
+    size_t too_many = size;
+    CUresult over_rc = d.cuMemCreate(&over, too_many, &prop, 0);
+    if (over_rc == CUDA_SUCCESS)
+        CHECK(&d, cuMemRelease(over));
+    char json[512];
+    snprintf(json, sizeof json,
+             "{\"pid\":%d,\"granularity\":%zu,\"size\":%zu,\"free_before\":%zu,"
+             "\"free_released\":%zu,\"total\":%zu,\"data_ok\":%s,\"over_bytes\":%zu,"
+             "\"over_rc\":%d}",
+             (int)getpid(), gran, size, free0, free1, total,
+             memcmp(back, hello, sizeof hello) == 0 ? "true" : "false", too_many, over_rc);
+    emit("released", json);
+    wait_for_go();
+    CHECK(&d, cuMemUnmap(va, size));
+    CHECK(&d, cuMemGetInfo_v2(&free2, &total));
+    CHECK(&d, cuMemAddressFree(va, size));
+    snprintf(json, sizeof json, "{\"free_unmapped\":%zu}", free2);
+    emit("unmapped", json);
+    wait_for_go();
+    return 0;
+}
+
 static int mode_forkchild(size_t bytes) {
     CUdeviceptr p = 0;
     /* A hooked call before cuInit: the library sets up its container, the driver refuses. */
@@ -622,6 +735,10 @@ int main(int argc, char **argv) {
         return mode_vmm((size_t)strtoull(argv[2], NULL, 0));
     if (strcmp(mode, "async") == 0 && argc == 3)
         return mode_async((size_t)strtoull(argv[2], NULL, 0));
+    if (strcmp(mode, "asyncorder") == 0 && argc == 3)
+        return mode_asyncorder((size_t)strtoull(argv[2], NULL, 0));
+    if (strcmp(mode, "expandable") == 0 && argc == 3)
+        return mode_expandable((size_t)strtoull(argv[2], NULL, 0));
     if (strcmp(mode, "forkchild") == 0 && argc == 3)
         return mode_forkchild((size_t)strtoull(argv[2], NULL, 0));
     if (strcmp(mode, "forkafter") == 0 && argc == 3)

@@ -1,6 +1,7 @@
 //! Acceptance 7: a corrupt, truncated or foreign region file is a clear message on stderr,
 //! never a crash or a hang; the process falls back to the caps of its environment, and the
-//! file is left as it was.
+//! file is left as it was. For every client kind: the process that meets the bad file is a
+//! program of that kind filling its cap (`capfill`).
 
 use std::path::Path;
 use std::time::Duration;
@@ -16,10 +17,14 @@ fn node() -> SimNode {
     SimNode::new("Small:4GiB:8", &[("SIMGPU_CONTEXT_MEMORY", "64MiB")])
 }
 
-/// Fills the container's cap (non-interactively) and returns (allocated, stderr lines from
-/// libtessera, the whole output).
-fn capfill(container: &Container<'_>, what: &str) -> (u64, Vec<String>, std::process::Output) {
-    let mut cmd = ClientKind::CLinked.command(container, "capfill", &[]);
+/// Fills the container's cap (non-interactively) with a program of `kind` and returns
+/// (allocated, stderr lines from libtessera, the whole output).
+fn capfill(
+    kind: ClientKind,
+    container: &Container<'_>,
+    what: &str,
+) -> (u64, Vec<String>, std::process::Output) {
+    let mut cmd = kind.command(container, "capfill", &[]);
     cmd.stdin(std::process::Stdio::null());
     let out = run_with_timeout(&mut cmd, Duration::from_secs(60));
     assert_no_crash(&out, what);
@@ -36,33 +41,35 @@ fn capfill(container: &Container<'_>, what: &str) -> (u64, Vec<String>, std::pro
 /// A valid region file, made by the library itself.
 fn valid_region_bytes(node: &SimNode) -> Vec<u8> {
     let container = Container::new(node, Some("1GiB"));
-    let (allocated, lines, _) = capfill(&container, "capfill creating a region");
+    let (allocated, lines, _) =
+        capfill(ClientKind::CLinked, &container, "capfill creating a region");
     assert_eq!(allocated + CONTEXT, 1 << 30);
     assert!(lines.is_empty(), "unexpected messages: {lines:?}");
     std::fs::read(container.region()).expect("the library created the region file")
 }
 
-fn check_fallback(node: &SimNode, name: &str, contents: &[u8]) {
+fn check_fallback(kind: ClientKind, node: &SimNode, name: &str, contents: &[u8]) {
+    let name = &format!("{name} region, {}", kind.name());
     let container = Container::new(node, Some("256MiB"));
     std::fs::write(container.region(), contents).expect("write the bad region");
-    let (allocated, lines, out) = capfill(&container, &format!("capfill with a {name} region"));
+    let (allocated, lines, out) = capfill(kind, &container, &format!("capfill with a {name}"));
     let path = container.region().display().to_string();
     let about: Vec<&String> = lines.iter().filter(|l| l.contains(&path)).collect();
     assert_eq!(
         about.len(),
         1,
-        "{name} region: expected one clear line naming {path} on stderr, got:\n{}",
+        "{name}: expected one clear line naming {path} on stderr, got:\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(
         allocated + CONTEXT,
         256 * MIB,
-        "{name} region: the process should fall back to TESSERA_MEMORY_LIMIT (256 MiB)"
+        "{name}: the process should fall back to TESSERA_MEMORY_LIMIT (256 MiB)"
     );
     assert_eq!(
         std::fs::read(container.region()).expect("the bad region file"),
         contents,
-        "{name} region: the library rewrote a file it could not read as a region"
+        "{name}: the library rewrote a file it could not read as a region"
     );
 }
 
@@ -81,13 +88,15 @@ fn bad_region_files_fall_back_to_environment_caps() {
         *b = 0xFF;
     }
     let tiny = valid[..7].to_vec();
-    for (name, contents) in [
-        ("truncated", &truncated),
-        ("foreign", &foreign),
-        ("corrupt", &corrupt),
-        ("seven-byte", &tiny),
-    ] {
-        check_fallback(&node, name, contents);
+    for kind in ClientKind::ALL {
+        for (name, contents) in [
+            ("truncated", &truncated),
+            ("foreign", &foreign),
+            ("corrupt", &corrupt),
+            ("seven-byte", &tiny),
+        ] {
+            check_fallback(kind, &node, name, contents);
+        }
     }
 }
 
@@ -127,7 +136,11 @@ fn an_empty_region_file_is_initialized() {
     let node = node();
     let container = Container::new(&node, Some("256MiB"));
     std::fs::write(container.region(), b"").expect("create an empty file");
-    let (allocated, lines, _) = capfill(&container, "capfill with an empty region file");
+    let (allocated, lines, _) = capfill(
+        ClientKind::CLinked,
+        &container,
+        "capfill with an empty region file",
+    );
     assert!(
         lines.is_empty(),
         "an empty region file is no error: {lines:?}"

@@ -1,5 +1,6 @@
 //! Acceptance 3: a process of a container holding 512 MiB is killed with SIGKILL (no exit
-//! handler runs); the container can allocate that memory again within a second.
+//! handler runs); the container can allocate that memory again within a second. For every
+//! client kind: the holders are programs of that kind.
 
 use std::time::{Duration, Instant};
 use tessera_region::Region;
@@ -8,10 +9,14 @@ use tessera_tests::{ClientKind, Container, Running, SimNode};
 const GIB: u64 = 1 << 30;
 const MIB: u64 = 1 << 20;
 
-/// Starts `hold <bytes>` in the container: Ok once it printed ready, Err(what it printed)
-/// if it exited instead.
-pub fn try_hold(container: &Container<'_>, bytes: u64) -> Result<Running, String> {
-    let mut cmd = ClientKind::CLinked.command(container, "hold", &[&bytes.to_string()]);
+/// Starts `hold <bytes>` (a program of `kind`) in the container: Ok once it printed ready,
+/// Err(what it printed) if it exited instead.
+pub fn try_hold(
+    kind: ClientKind,
+    container: &Container<'_>,
+    bytes: u64,
+) -> Result<Running, String> {
+    let mut cmd = kind.command(container, "hold", &[&bytes.to_string()]);
     let mut p = Running::spawn_captured(&mut cmd, "hold");
     match p.try_wait_for_line("ready", Duration::from_secs(30)) {
         Some(_) => Ok(p),
@@ -29,20 +34,27 @@ pub fn try_hold(container: &Container<'_>, bytes: u64) -> Result<Running, String
 #[test]
 fn a_killed_process_memory_is_back_within_a_second() {
     let _serial = tessera_tests::timing_lock();
+    for kind in ClientKind::ALL {
+        killed_holder(kind);
+    }
+}
+
+fn killed_holder(kind: ClientKind) {
+    let who = kind.name();
     let node = SimNode::new("Small:4GiB:8", &[("SIMGPU_CONTEXT_MEMORY", "128MiB")]);
     let container = Container::new(&node, Some("1GiB"));
-    let mut holder = try_hold(&container, 512 * MIB).expect("the first 512 MiB fit");
+    let mut holder = try_hold(kind, &container, 512 * MIB)
+        .unwrap_or_else(|e| panic!("{who}: the first 512 MiB should fit: {e}"));
     let victim = holder.pid();
 
     // The cap is in force: a second 512 MiB (plus its context) does not fit beside it.
-    let refused = try_hold(&container, 512 * MIB);
-    let err = refused
-        .as_ref()
-        .err()
-        .unwrap_or_else(|| panic!("a second 512 MiB fit under a 1 GiB cap beside the first"));
+    let refused = try_hold(kind, &container, 512 * MIB);
+    let err = refused.as_ref().err().unwrap_or_else(|| {
+        panic!("{who}: a second 512 MiB fit under a 1 GiB cap beside the first")
+    });
     assert!(
         err.contains("CUDA_ERROR_OUT_OF_MEMORY"),
-        "the second holder should fail with OUT_OF_MEMORY: {err}"
+        "{who}: the second holder should fail with OUT_OF_MEMORY: {err}"
     );
 
     holder.kill();
@@ -50,30 +62,30 @@ fn a_killed_process_memory_is_back_within_a_second() {
     let mut attempts = 0;
     let _again = loop {
         attempts += 1;
-        match try_hold(&container, 512 * MIB) {
+        match try_hold(kind, &container, 512 * MIB) {
             Ok(p) => break p,
             Err(e) => assert!(
                 killed.elapsed() < Duration::from_secs(1),
-                "1 s after SIGKILL the container still cannot allocate 512 MiB ({attempts} \
-                 attempts); last: {e}"
+                "{who}: 1 s after SIGKILL the container still cannot allocate 512 MiB \
+                 ({attempts} attempts); last: {e}"
             ),
         }
     };
     let took = killed.elapsed();
     assert!(
         took < Duration::from_secs(1),
-        "allocating again took {took:?} after the SIGKILL"
+        "{who}: allocating again took {took:?} after the SIGKILL"
     );
     let region = Region::open(container.region()).expect("open the region");
     let pids: Vec<u32> = region.processes().iter().map(|p| p.pid).collect();
     assert!(
         !pids.contains(&victim),
-        "the killed process (pid {victim}) still holds a slot: {pids:?}"
+        "{who}: the killed process (pid {victim}) still holds a slot: {pids:?}"
     );
     assert_eq!(
         region.memory_used(0),
         512 * MIB + 128 * MIB,
-        "the region should count only the new holder (512 MiB + its context)"
+        "{who}: the region should count only the new holder (512 MiB + its context)"
     );
     assert!(region.memory_used(0) <= GIB);
 }

@@ -73,6 +73,8 @@ hook_table! {
         block_x: u32, block_y: u32, block_z: u32, shared_bytes: u32, stream: *mut c_void,
         params: *mut *mut c_void, extra: *mut *mut c_void,
     ) [cuLaunchKernel @ 7000 per_thread] => launch::launch_kernel;
+    cuda fn cuMemAddressFree(ptr: u64, size: usize)
+        [cuMemAddressFree @ 10020] => memory::vmm::mem_address_free;
     cuda fn cuMemAllocAsync(dptr: *mut u64, bytes: usize, stream: *mut c_void)
         [cuMemAllocAsync @ 11020] => memory::pool::mem_alloc_async;
     cuda fn cuMemAllocAsync_ptsz(dptr: *mut u64, bytes: usize, stream: *mut c_void)
@@ -100,8 +102,14 @@ hook_table! {
         [cuMemFree @ 3020] => memory::alloc::mem_free;
     cuda fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize)
         [cuMemGetInfo @ 3020] => memory::query::mem_get_info;
+    cuda fn cuMemMap(ptr: u64, size: usize, offset: usize, handle: u64, flags: u64)
+        [cuMemMap @ 10020] => memory::vmm::mem_map;
     cuda fn cuMemRelease(handle: u64)
         [cuMemRelease @ 10020] => memory::vmm::mem_release;
+    cuda fn cuMemRetainAllocationHandle(handle: *mut u64, addr: *mut c_void)
+        [cuMemRetainAllocationHandle @ 11000] => memory::vmm::mem_retain_allocation_handle;
+    cuda fn cuMemUnmap(ptr: u64, size: usize)
+        [cuMemUnmap @ 10020] => memory::vmm::mem_unmap;
     cuda fn cuMipmappedArrayCreate(arr: *mut *mut c_void, desc: *const c_void, levels: u32)
         [cuMipmappedArrayCreate @ 5000] => memory::array::mipmapped_array_create;
     cuda fn cuMipmappedArrayDestroy(arr: *mut c_void)

@@ -4,7 +4,9 @@
 //! Each handler receives the real function of the variant that was called, so one handler
 //! serves an entry point and its per-thread-stream twin. Allocations reserve their bytes
 //! against the container's cap before the driver runs and give them back if it fails
-//! ([`crate::container::Reservation`]); frees give back what the registry recorded.
+//! ([`crate::container::Reservation`]); frees give back what the registry recorded — once
+//! the driver has really freed it: a stream-ordered free when it runs in its stream
+//! (`pool`), a physical VMM allocation once released and unmapped everywhere (`vmm`).
 
 pub(crate) mod alloc;
 pub(crate) mod array;
@@ -66,6 +68,8 @@ pub(crate) fn admit(device: usize, bytes: u64) -> Admit {
     let Some(c) = container::get() else {
         return Admit::Uncounted;
     };
+    // Frees that have run in their streams give their bytes back first.
+    pool::settle();
     match c.reserve(device, bytes) {
         Ok(r) => Admit::Go(c, r),
         Err(over) => {
@@ -110,6 +114,16 @@ pub(crate) fn record(
 /// driver freed it. The record leaves the registry before the driver runs, so that another
 /// thread given the same address at once records its own allocation safely.
 pub(crate) fn forget(key: Key, free: impl FnOnce() -> u32) -> u32 {
+    // After the driver's free: the cap never counts memory as free before it is.
+    forget_then(key, free, |c, a| c.release(a.device, a.bytes, a.generation))
+}
+
+/// [`forget`], with `give_back` deciding when the bytes of a freed allocation go back.
+pub(crate) fn forget_then(
+    key: Key,
+    free: impl FnOnce() -> u32,
+    give_back: impl FnOnce(&Container, Allocation),
+) -> u32 {
     let Some(c) = container::get() else {
         return free();
     };
@@ -117,8 +131,7 @@ pub(crate) fn forget(key: Key, free: impl FnOnce() -> u32) -> u32 {
     let rc = free();
     if let Some(a) = known {
         if rc == SUCCESS {
-            // After the driver's free: the cap never counts memory as free before it is.
-            c.release(a.device, a.bytes, a.generation);
+            give_back(c, a);
         } else if c.registry.insert(key, a).is_some() {
             // Cannot happen: the key was not freed, so nobody else could have it.
             crate::tlog!(warn, "allocation {key:?} recorded twice");
@@ -128,7 +141,8 @@ pub(crate) fn forget(key: Key, free: impl FnOnce() -> u32) -> u32 {
 }
 
 /// Gives back everything that belonged to a context the driver has just destroyed (or
-/// reset): its linear allocations and arrays went with it.
+/// reset): its linear allocations and arrays went with it, and its streams' pending frees
+/// have run.
 pub(crate) fn forget_context(context: usize) {
     if context == 0 {
         return;
@@ -137,6 +151,7 @@ pub(crate) fn forget_context(context: usize) {
     for (_, a) in c.registry.remove_where(|_, a| a.context == context) {
         c.release(a.device, a.bytes, a.generation);
     }
+    pool::forget_context(c, context);
 }
 
 /// Reserves `bytes` of linear memory on the current device, lets `alloc` make the

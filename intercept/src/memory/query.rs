@@ -2,8 +2,19 @@
 //! report a limited device as the container's slice of it. The real call runs first, so
 //! that every error (a null out-pointer, no context) is the driver's own.
 
-use super::{Site, SUCCESS};
+use super::{real, SUCCESS};
 use crate::container;
+
+/// The device of the calling thread's current context: one driver call (it fails without
+/// a current context), where an allocation's [`super::Site`] needs the context too.
+fn current_device() -> Option<usize> {
+    let get = real::ctx_get_device()?;
+    let mut dev = -1;
+    // SAFETY: writes one int to our local.
+    (unsafe { get(&mut dev) } == SUCCESS)
+        .then(|| usize::try_from(dev).ok())
+        .flatten()
+}
 
 /// The container's view of a device: its total and free memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -23,12 +34,14 @@ pub(crate) fn slice(cap: u64, used: u64, real_total: u64, real_free: u64) -> Sli
 }
 
 /// The slice of `device` if it is limited, from the driver's own figures. Dead processes
-/// are reaped first (a few system calls per live process), so that what a process that
-/// exited held is reported free, as the driver reports it.
+/// are reaped first when other processes hold memory on the device (a few system calls per
+/// live process), so that what a process that exited held is reported free, as the driver
+/// reports it; frees that have run in their streams are given back too.
 pub(crate) fn limited(device: usize, real_total: u64, real_free: u64) -> Option<Slice> {
     let c = container::get()?;
     let cap = c.memory_cap(device)?;
-    c.reap_dead();
+    super::pool::settle();
+    c.reap_dead_holding(device);
     Some(slice(cap, c.memory_used(device), real_total, real_free))
 }
 
@@ -44,12 +57,12 @@ pub(crate) unsafe fn mem_get_info(
     if rc != SUCCESS || free.is_null() || total.is_null() {
         return rc;
     }
-    let Some(site) = Site::current() else {
+    let Some(device) = current_device() else {
         return rc;
     };
     // SAFETY: both are non-null and the driver just wrote them.
     let (real_free, real_total) = unsafe { (free.read(), total.read()) };
-    if let Some(s) = limited(site.device, real_total as u64, real_free as u64) {
+    if let Some(s) = limited(device, real_total as u64, real_free as u64) {
         // SAFETY: both are non-null size_t out-pointers the driver accepted.
         unsafe {
             free.write(s.free as usize);

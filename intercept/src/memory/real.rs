@@ -30,6 +30,12 @@ real_fns! {
     Cuda c"cuDevicePrimaryCtxRelease_v2" fn primary_ctx_release: unsafe extern "C" fn(i32) -> u32;
     Cuda c"cuMemGetInfo_v2" fn mem_get_info: unsafe extern "C" fn(*mut usize, *mut usize) -> u32;
     Cuda c"cuMemFree_v2" fn mem_free: unsafe extern "C" fn(u64) -> u32;
+    Cuda c"cuMemFreeAsync_ptsz" fn mem_free_async_ptsz: unsafe extern "C" fn(u64, *mut c_void) -> u32;
+    Cuda c"cuEventCreate" fn event_create: unsafe extern "C" fn(*mut *mut c_void, u32) -> u32;
+    Cuda c"cuEventRecord" fn event_record: unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32;
+    Cuda c"cuEventQuery" fn event_query: unsafe extern "C" fn(*mut c_void) -> u32;
+    Cuda c"cuEventDestroy_v2" fn event_destroy: unsafe extern "C" fn(*mut c_void) -> u32;
+    Cuda c"cuStreamIsCapturing" fn stream_is_capturing: unsafe extern "C" fn(*mut c_void, *mut u32) -> u32;
     Cuda c"cuDeviceGetCount" fn device_get_count: unsafe extern "C" fn(*mut i32) -> u32;
     Cuda c"cuDeviceGetUuid" fn device_get_uuid: unsafe extern "C" fn(*mut [u8; 16], i32) -> u32;
     Nvml c"nvmlInit_v2" fn nvml_init: unsafe extern "C" fn() -> u32;

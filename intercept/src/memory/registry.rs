@@ -1,5 +1,5 @@
-//! What this process allocated and has not freed: for each device pointer, physical VMM
-//! allocation or array, the device and bytes it holds, so that its free gives back exactly
+//! What this process allocated and has not freed: for each device pointer or array (VMM
+//! allocations have their own book, in `vmm`), the device and bytes it holds, so that its free gives back exactly
 //! what its allocation reserved.
 //!
 //! Sharded by key so that threads allocating at once rarely meet on a lock; a lock is held
@@ -15,8 +15,6 @@ use std::sync::{Mutex, MutexGuard};
 pub(crate) enum Key {
     /// Linear memory: `cuMemAlloc*`, managed and stream-ordered allocations.
     Pointer(u64),
-    /// A physical allocation from `cuMemCreate`.
-    Physical(u64),
     /// A `CUarray`.
     Array(usize),
     /// A `CUmipmappedArray`.
@@ -26,7 +24,7 @@ pub(crate) enum Key {
 impl Key {
     fn bits(self) -> u64 {
         match self {
-            Key::Pointer(v) | Key::Physical(v) => v,
+            Key::Pointer(v) => v,
             Key::Array(v) | Key::Mipmapped(v) => v as u64,
         }
     }
@@ -164,11 +162,10 @@ mod tests {
     fn kinds_do_not_collide() {
         let r = Registry::new();
         r.insert(Key::Pointer(42), a(0, 1, 0));
-        r.insert(Key::Physical(42), a(1, 2, 0));
         r.insert(Key::Array(42), a(2, 3, 0));
         r.insert(Key::Mipmapped(42), a(3, 4, 0));
-        assert_eq!(r.len(), 4);
-        assert_eq!(r.remove(Key::Physical(42)).map(|x| x.bytes), Some(2));
+        assert_eq!(r.len(), 3);
+        assert_eq!(r.remove(Key::Array(42)).map(|x| x.bytes), Some(3));
         assert_eq!(r.remove(Key::Pointer(42)).map(|x| x.bytes), Some(1));
     }
 

@@ -8,6 +8,7 @@
 //!   `done {json}`.
 //! - `names`: calls the library does not intercept (name, attribute, count) and three
 //!   allocate/free pairs; print `names {json}`.
+//! - `hold <bytes>`: allocate on device 0, print `ready {json}`, sleep until killed.
 
 use cudarc::driver::{result, sys, CudaContext, DriverError};
 use std::process::ExitCode;
@@ -17,7 +18,8 @@ fn main() -> ExitCode {
         None => run(),
         Some("capfill") => capfill(),
         Some("names") => names(),
-        Some(other) => Err(format!("unknown mode `{other}`: capfill or names")),
+        Some("hold") => hold(std::env::args().nth(2)),
+        Some(other) => Err(format!("unknown mode `{other}`: capfill, names or hold")),
     };
     match outcome {
         Ok(report) => {
@@ -159,6 +161,24 @@ fn capfill() -> Result<String, String> {
         code(&refill),
         code(&again)
     ))
+}
+
+fn hold(bytes: Option<String>) -> Result<String, String> {
+    let bytes: usize = bytes
+        .as_deref()
+        .and_then(|b| b.parse().ok())
+        .ok_or("hold <bytes>: a size in bytes")?;
+    let _ctx = CudaContext::new(0).map_err(step("CudaContext::new(0)"))?;
+    // SAFETY: the memory is only held, never read; the process is killed holding it.
+    let p = unsafe { result::malloc_sync(bytes) }.map_err(step("cuMemAlloc_v2"))?;
+    // println! flushes at the newline: stdout is line-buffered.
+    println!(
+        "ready {{\"pid\":{},\"binding\":\"cudarc\",\"bytes\":{bytes},\"ptr\":{p}}}",
+        std::process::id()
+    );
+    loop {
+        std::thread::park();
+    }
 }
 
 fn names() -> Result<String, String> {
