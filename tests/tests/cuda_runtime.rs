@@ -353,11 +353,6 @@ fn hooks() -> (BTreeSet<String>, BTreeSet<String>) {
     (after("cuda fn "), after("["))
 }
 
-/// Base names the runtime asks for at a revision older than any libtessera hooks. The
-/// runtime asks for `cuDevicePrimaryCtxRelease` and `cuDevicePrimaryCtxReset` at CUDA 7.0,
-/// which the driver answers with the first revisions; libtessera hooks only their `_v2`.
-const KNOWN_OLDER_REVISIONS: [&str; 2] = ["cuDevicePrimaryCtxRelease", "cuDevicePrimaryCtxReset"];
-
 /// Acceptance 4: every request the runtime makes through `cuGetProcAddress_v2` (as simgpu
 /// records them), made again the way the runtime makes it, comes back as libtessera's
 /// wrapper of the same revision and variant where libtessera hooks that symbol, and as the
@@ -445,10 +440,7 @@ fn proc_address_answers(runtime: Runtime) {
             "{who}: the runtime was expected to ask for {needed}; it asked for {asked:?}"
         );
     }
-    let unexpected: Vec<_> = older
-        .iter()
-        .filter(|b| !KNOWN_OLDER_REVISIONS.contains(&b.as_str()))
-        .collect();
+    let unexpected: Vec<_> = older.iter().collect();
     assert!(
         unexpected.is_empty(),
         "{who}: hooked functions asked for at a revision libtessera does not hook: {unexpected:?}"

@@ -30,8 +30,12 @@ hook_table! {
         [cuCtxCreate @ 12050] => memory::context::ctx_create_v4;
     cuda fn cuCtxDestroy_v2(ctx: *mut c_void)
         [cuCtxDestroy @ 4000] => memory::context::ctx_destroy;
+    cuda fn cuDevicePrimaryCtxRelease(dev: i32)
+        [cuDevicePrimaryCtxRelease @ 7000] => memory::context::primary_ctx_release;
     cuda fn cuDevicePrimaryCtxRelease_v2(dev: i32)
         [cuDevicePrimaryCtxRelease @ 11000] => memory::context::primary_ctx_release;
+    cuda fn cuDevicePrimaryCtxReset(dev: i32)
+        [cuDevicePrimaryCtxReset @ 7000] => memory::context::primary_ctx_reset;
     cuda fn cuDevicePrimaryCtxReset_v2(dev: i32)
         [cuDevicePrimaryCtxReset @ 11000] => memory::context::primary_ctx_reset;
     cuda fn cuDevicePrimaryCtxRetain(ctx: *mut *mut c_void, dev: i32)
