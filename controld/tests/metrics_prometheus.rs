@@ -6,7 +6,7 @@
 use serde_json::Value;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,7 +14,6 @@ use tessera_controld::metrics::{MetricsServer, CONTENT_TYPE};
 use tessera_controld::status::{
     ContainerDevice, ContainerProcess, ContainerStatus, GpuStatus, NodeStatus, UnmanagedProcess,
 };
-use tessera_tests::{assert_success, profile_dir, run_with_timeout, workspace_root};
 
 /// Parses the text on stdin and prints the families as JSON: name, type, and per sample its
 /// name, labels and value (non-finite values as strings).
@@ -117,49 +116,9 @@ fn get(addr: SocketAddr, path: &str) -> (String, String, String) {
     (status.to_string(), headers.to_string(), body.to_string())
 }
 
-fn imports_prometheus_client(python: &Path) -> bool {
-    Command::new(python)
-        .args(["-c", "import prometheus_client.parser"])
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
-
-/// `python3` if it has `prometheus_client` (as `.ci/run` installs it); otherwise the tests'
-/// virtual environment under the target directory, with `tests/requirements.txt` installed
-/// there when it lacks it.
+/// A Python interpreter with `prometheus_client` (see `tessera_tests::python_with`).
 fn python() -> PathBuf {
-    let system = PathBuf::from("python3");
-    if imports_prometheus_client(&system) {
-        return system;
-    }
-    let venv = profile_dir()
-        .0
-        .parent()
-        .expect("target dir")
-        .join("tessera-python");
-    let python = venv.join("bin/python");
-    if imports_prometheus_client(&python) {
-        return python;
-    }
-    if !python.exists() {
-        let out = run_with_timeout(
-            Command::new(&system).args(["-m", "venv"]).arg(&venv),
-            Duration::from_secs(300),
-        );
-        assert_success(&out, "python3 -m venv (is python3-venv installed?)");
-    }
-    let out = run_with_timeout(
-        Command::new(&python)
-            .args(["-m", "pip", "install", "--quiet", "-r"])
-            .arg(workspace_root().join("tests/requirements.txt")),
-        Duration::from_secs(900),
-    );
-    assert_success(&out, "pip install -r tests/requirements.txt");
-    assert!(
-        imports_prometheus_client(&python),
-        "prometheus-client installed but does not import"
-    );
-    python
+    tessera_tests::python_with("import prometheus_client.parser")
 }
 
 /// The families `text` holds, as the Python parser reads them.

@@ -717,49 +717,42 @@ pub fn cudarc_client() -> PathBuf {
         .clone()
 }
 
-fn imports_cuda_bindings(python: &Path) -> bool {
+/// Whether `python` runs the statement `probe` (like `import cuda.bindings.driver`).
+fn python_can(python: &Path, probe: &str) -> bool {
     Command::new(python)
-        .args(["-c", "import cuda.bindings.driver"])
+        .args(["-c", probe])
         .output()
         .is_ok_and(|o| o.status.success())
 }
 
-/// `python3` if it has `cuda-bindings` (as `.ci/run` installs it); otherwise a virtual
-/// environment under the target directory with `tests/requirements.txt` installed, so that
-/// the tests also run on a fresh machine with access to PyPI.
-pub fn python_with_cuda_bindings() -> PathBuf {
-    static FOUND: Mutex<Option<PathBuf>> = Mutex::new(None);
+/// A Python interpreter that runs `probe` (a statement, like `import cuda.bindings.driver`):
+/// `python3` if it does (`.ci/run` installs `tests/requirements.txt` there); otherwise a
+/// virtual environment under the target directory with `tests/requirements.txt` installed into
+/// it, so that the tests also run on a fresh machine with access to PyPI.
+pub fn python_with(probe: &str) -> PathBuf {
     // Held while installing: tests of one binary wait for the first to set it up.
-    let mut found = FOUND.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(python) = found.as_ref() {
-        return python.clone();
-    }
+    static VENV: Mutex<()> = Mutex::new(());
     let system = PathBuf::from("python3");
-    let python = if imports_cuda_bindings(&system) {
-        system
-    } else {
-        install_cuda_bindings(&system)
-    };
-    *found = Some(python.clone());
-    python
-}
-
-fn install_cuda_bindings(system: &Path) -> PathBuf {
-    let target = artifacts()
+    if python_can(&system, probe) {
+        return system;
+    }
+    let _installing = VENV.lock().unwrap_or_else(|p| p.into_inner());
+    let venv = artifacts()
         .profile_dir
         .parent()
         .expect("target dir")
-        .to_path_buf();
-    let venv = target.join("tessera-python");
+        .join("tessera-python");
     let python = venv.join("bin/python");
-    if imports_cuda_bindings(&python) {
+    if python_can(&python, probe) {
         return python;
     }
-    let out = run_with_timeout(
-        Command::new(system).args(["-m", "venv"]).arg(&venv),
-        Duration::from_secs(300),
-    );
-    assert_success(&out, "python3 -m venv (is python3-venv installed?)");
+    if !python.exists() {
+        let out = run_with_timeout(
+            Command::new(&system).args(["-m", "venv"]).arg(&venv),
+            Duration::from_secs(300),
+        );
+        assert_success(&out, "python3 -m venv (is python3-venv installed?)");
+    }
     let out = run_with_timeout(
         Command::new(&python)
             .args(["-m", "pip", "install", "--quiet", "-r"])
@@ -768,10 +761,16 @@ fn install_cuda_bindings(system: &Path) -> PathBuf {
     );
     assert_success(&out, "pip install -r tests/requirements.txt");
     assert!(
-        imports_cuda_bindings(&python),
-        "cuda-bindings installed but does not import"
+        python_can(&python, probe),
+        "tests/requirements.txt installed, but `{probe}` still fails in {}",
+        python.display()
     );
     python
+}
+
+/// A Python interpreter with NVIDIA's `cuda-bindings` (see [`python_with`]).
+pub fn python_with_cuda_bindings() -> PathBuf {
+    python_with("import cuda.bindings.driver")
 }
 
 /// The ways an application reaches the driver, each a client program that speaks the same

@@ -12,11 +12,10 @@ use serde_json::Value;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::Mutex;
 use std::time::Duration;
 use tessera_tests::{
-    artifacts, assert_success, compile_client, json_u64, kernels_ptx, python_with_cuda_bindings,
-    run_with_timeout, workspace_root, Container, SimNode,
+    assert_success, compile_client, json_u64, kernels_ptx, python_with, run_with_timeout,
+    workspace_root, Container, SimNode,
 };
 
 const GIB: u64 = 1 << 30;
@@ -97,46 +96,17 @@ fn find_runtime_dir(python: &Path) -> Option<PathBuf> {
         .find(|dir| RUNTIME_FILES.iter().all(|f| dir.join(f).exists()))
 }
 
-/// Where the runtimes are: in the Python environment the other tests use (`.ci/run` installs
-/// `tests/requirements.txt` there), or else in the test virtual environment under the target
-/// directory, with the requirements installed into it now.
+/// Where the runtimes are: in the Python environment the tests use (`.ci/run` installs
+/// `tests/requirements.txt` there, or the tests install it into a virtual environment).
 fn runtime_lib_dir() -> PathBuf {
-    static FOUND: Mutex<Option<PathBuf>> = Mutex::new(None);
-    let mut found = FOUND.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(dir) = found.as_ref() {
-        return dir.clone();
-    }
-    let dir = find_runtime_dir(&python_with_cuda_bindings()).unwrap_or_else(|| {
-        let venv = artifacts()
-            .profile_dir
-            .parent()
-            .expect("target dir")
-            .join("tessera-python");
-        let python = venv.join("bin/python");
-        if !python.exists() {
-            let out = run_with_timeout(
-                Command::new("python3").args(["-m", "venv"]).arg(&venv),
-                Duration::from_secs(300),
-            );
-            assert_success(&out, "python3 -m venv (is python3-venv installed?)");
-        }
-        let out = run_with_timeout(
-            Command::new(&python)
-                .args(["-m", "pip", "install", "--quiet", "-r"])
-                .arg(workspace_root().join("tests/requirements.txt")),
-            Duration::from_secs(900),
-        );
-        assert_success(&out, "pip install -r tests/requirements.txt");
-        find_runtime_dir(&python).unwrap_or_else(|| {
-            panic!(
-                "tests/requirements.txt installed, but {} has no nvidia/cuda_runtime/lib with {:?}",
-                python.display(),
-                RUNTIME_FILES
-            )
-        })
-    });
-    *found = Some(dir.clone());
-    dir
+    let python = python_with("import nvidia.cuda_runtime");
+    find_runtime_dir(&python).unwrap_or_else(|| {
+        panic!(
+            "{} has no nvidia/cuda_runtime/lib with {:?}; install tests/requirements.txt",
+            python.display(),
+            RUNTIME_FILES
+        )
+    })
 }
 
 fn node() -> SimNode {
