@@ -23,7 +23,9 @@
 #define TESSERA_ENV_REGION "TESSERA_REGION"
 /* Standalone memory caps: all devices, or device <i> (TESSERA_MEMORY_LIMIT_<i>). */
 #define TESSERA_ENV_MEMORY_LIMIT "TESSERA_MEMORY_LIMIT"
-/* Standalone compute share, like "fixed:30". */
+/* Standalone compute share, "fixed:Q" with Q a whole percentage 1..100: the processes of
+ * one region enforce it among themselves on every device controld does not manage. A
+ * malformed value is one error line on stderr and leaves compute unlimited. */
 #define TESSERA_ENV_COMPUTE "TESSERA_COMPUTE"
 /* The real driver to load instead of libcuda.so.1. */
 #define TESSERA_ENV_REAL_LIBCUDA "TESSERA_REAL_LIBCUDA"
@@ -32,13 +34,13 @@
 /* error | warn | info | debug */
 #define TESSERA_ENV_LOG "TESSERA_LOG"
 
-/* ---- Region layout, version 1 ---- */
+/* ---- Region layout, version 2 ---- */
 
 /* The first 8 bytes of every region file: "TESSERA" and a NUL. */
 #define TESSERA_MAGIC "TESSERA"
 #define TESSERA_MAGIC_LEN 8
 /* Bumped whenever a byte of the layout moves or changes meaning. */
-#define TESSERA_ABI_VERSION 1u
+#define TESSERA_ABI_VERSION 2u
 /* Device accounts in a region. */
 #define TESSERA_MAX_DEVICES 16
 /* Process slots in a region. */
@@ -54,6 +56,22 @@
 /* tessera_process_entry.state values. */
 #define TESSERA_SLOT_FREE 0u
 #define TESSERA_SLOT_LIVE 1u
+/* tessera_compute_account.mode values: not limited; refilled by controld; refilled by the
+ * container's own processes (TESSERA_COMPUTE=fixed:Q). */
+#define TESSERA_COMPUTE_UNLIMITED 0u
+#define TESSERA_COMPUTE_DAEMON 1u
+#define TESSERA_COMPUTE_LOCAL 2u
+/* tessera_compute_account.priority values. */
+#define TESSERA_PRIORITY_ONLINE 0u
+#define TESSERA_PRIORITY_OFFLINE 1u
+/* Launches in flight per device when tessera_compute_account.window is 0. */
+#define TESSERA_DEFAULT_WINDOW 2u
+/* A whole device's time in parts per million. */
+#define TESSERA_PPM_ALL 1000000u
+/* 1 ms busy bins per compute account (a ring), and the low bits of a bin holding its ns;
+ * the bits above hold the bin's millisecond of CLOCK_MONOTONIC plus one (0: empty). */
+#define TESSERA_BUSY_BINS 256
+#define TESSERA_BUSY_NS_BITS 24
 
 /* What the file is and whom it belongs to. 128 bytes. */
 struct tessera_header {
@@ -64,7 +82,8 @@ struct tessera_header {
     uint32_t device_count;     /* TESSERA_MAX_DEVICES */
     uint32_t ready;            /* atomic: 1 once creation finished (load with acquire) */
     char name[TESSERA_NAME_LEN]; /* container name, [a-z0-9][a-z0-9-]{0,62}, NUL-padded */
-    uint8_t reserved[32];      /* zero */
+    uint32_t compute_limited;  /* atomic: bit d set while devices' compute[d].mode != UNLIMITED */
+    uint8_t reserved[28];      /* zero */
 };
 
 /* One device's memory account for the whole container; one cache line. */
@@ -72,6 +91,35 @@ struct tessera_device_account {
     uint64_t memory_cap;       /* atomic: cap in bytes; TESSERA_UNLIMITED for none */
     uint64_t memory_used;      /* atomic: bytes reserved by all the container's processes */
     uint8_t reserved[48];      /* zero */
+};
+
+/* One device's compute account for the whole container: launch gate, GPU-time token
+ * bucket, measurements. Times in ns of CLOCK_MONOTONIC. Written by controld (d), by the
+ * container's libtessera (l), or by both. 35 cache lines. */
+struct tessera_compute_account {
+    uint32_t mode;             /* atomic (d; l for TESSERA_COMPUTE): TESSERA_COMPUTE_* */
+    uint32_t blocked;          /* atomic (d): 1 while the container may launch nothing new */
+    uint32_t window;           /* atomic (d): launches in flight allowed; 0 = default */
+    uint32_t priority;         /* atomic (d): TESSERA_PRIORITY_* */
+    uint32_t local_share_ppm;  /* atomic (l): share of TESSERA_COMPUTE, in ppm */
+    uint32_t share_target_ppm; /* atomic (d): share given now, in ppm */
+    uint32_t share_measured_ppm; /* atomic (d): share measured lately, in ppm */
+    uint32_t reserved0;        /* zero */
+    uint64_t preemptions;      /* atomic (d): times blocked for online work */
+    uint8_t reserved1[24];     /* zero */
+    uint32_t gate;             /* atomic futex word (refiller): bumped on refill or unblock */
+    uint32_t active;           /* atomic futex word (l): 1 while launches in flight or waiting */
+    uint32_t waiting;          /* atomic (l): launches sleeping in the gate */
+    uint32_t inflight;         /* atomic (l): launches admitted, not yet seen complete */
+    int64_t bucket_ns;         /* atomic (l charges, refiller credits): tokens; < 0 is debt */
+    uint64_t last_refill_ns;   /* atomic (refiller): last refill */
+    uint64_t measured_ns;      /* atomic (l): GPU time measured, raw */
+    uint64_t throttled_ns;     /* atomic (l): time launches waited in the gate */
+    uint64_t launches;         /* atomic (l): launches admitted through the gate */
+    uint64_t active_raised_ns; /* atomic (l): when an online container last raised active */
+    uint64_t blocked_seen_ns;  /* atomic (l; d clears): first launch that found it blocked */
+    uint8_t reserved2[56];     /* zero */
+    uint64_t busy_bins[TESSERA_BUSY_BINS]; /* atomic (l adds, d empties): packed 1 ms bins */
 };
 
 /* One process slot; three cache lines. */
@@ -87,15 +135,19 @@ struct tessera_process_entry {
 struct tessera_region {
     struct tessera_header header;
     struct tessera_device_account devices[TESSERA_MAX_DEVICES];
+    struct tessera_compute_account compute[TESSERA_MAX_DEVICES];
     struct tessera_process_entry processes[TESSERA_MAX_PROCESSES];
 };
 
 #define TESSERA_REGION_SIZE \
-    (128u + 64u * TESSERA_MAX_DEVICES + 192u * TESSERA_MAX_PROCESSES)
+    (128u + (64u + 192u + 8u * TESSERA_BUSY_BINS) * TESSERA_MAX_DEVICES + \
+     192u * TESSERA_MAX_PROCESSES)
 
 #if defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
 _Static_assert(sizeof(struct tessera_header) == 128, "tessera_header is 128 bytes");
 _Static_assert(sizeof(struct tessera_device_account) == 64, "one cache line");
+_Static_assert(sizeof(struct tessera_compute_account) == 192 + 8 * TESSERA_BUSY_BINS,
+               "compute account size");
 _Static_assert(sizeof(struct tessera_process_entry) == 192, "three cache lines");
 _Static_assert(sizeof(struct tessera_region) == TESSERA_REGION_SIZE, "region size");
 #endif

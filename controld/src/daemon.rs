@@ -1,7 +1,7 @@
 //! `controld run`: the daemon. It reads the config, adopts the regions in the state dir,
-//! serves the control socket and runs the reaper; `SIGHUP` reloads the config (a bad file
-//! is logged and the running config stays), `SIGTERM` and `SIGINT` stop it, leaving every
-//! region — and so every running application's limits — in place.
+//! serves the control socket, runs the reaper and the compute scheduler; `SIGHUP` reloads
+//! the config (a bad file is logged and the running config stays), `SIGTERM` and `SIGINT`
+//! stop it, leaving every region — and so every running application's limits — in place.
 
 use crate::config::{Config, ConfigError, DEFAULT_PATH};
 use crate::state::{State, StateError};
@@ -143,11 +143,13 @@ pub struct Daemon {
     stop: Arc<AtomicBool>,
     threads: Vec<JoinHandle<()>>,
     metrics: Option<crate::metrics::MetricsServer>,
+    scheduler: Option<crate::scheduler::Scheduler>,
 }
 
 impl Daemon {
     /// Reads the config, opens the state dir (adopting its regions), applies the config,
-    /// binds the control socket and starts the reaper and the socket server.
+    /// binds the control socket and starts the compute scheduler, the reaper and the
+    /// socket server.
     pub fn start(options: &Options) -> Result<Daemon, DaemonError> {
         let config_path = config_path(options);
         let config = load(config_path.as_deref())?;
@@ -165,6 +167,8 @@ impl Daemon {
             crate::log::info(&line);
         }
         let listener = crate::api::bind(&socket)?;
+        let scheduler =
+            crate::scheduler::Scheduler::spawn(state.roster()).map_err(DaemonError::Setup)?;
         let core = Arc::new(Core::new(state));
         let stop = Arc::new(AtomicBool::new(false));
         let mut threads =
@@ -213,6 +217,7 @@ impl Daemon {
             stop,
             threads,
             metrics,
+            scheduler: Some(scheduler),
         })
     }
 
@@ -273,6 +278,9 @@ impl Daemon {
         let _ = std::fs::remove_file(&self.socket);
         for thread in self.threads {
             let _ = thread.join();
+        }
+        if let Some(scheduler) = self.scheduler.take() {
+            scheduler.stop();
         }
     }
 }

@@ -7,6 +7,7 @@
 //! region is untrusted: figures are checked and clamped before anyone sees them.
 
 use crate::policy::ComputePolicy;
+use crate::scheduler::{Member, Roster};
 use crate::spec::{ContainerName, ContainerSpec, Gpus, MemorySize};
 use crate::status::{ContainerDevice, ContainerProcess, ContainerStatus, NodeStatus};
 use serde::{Deserialize, Serialize};
@@ -130,6 +131,8 @@ pub struct State {
     containers: BTreeMap<String, Managed>,
     /// Node-wide problems (quarantined files, a failed reload), newest last.
     problems: Vec<String>,
+    /// The containers as the compute scheduler sees them, republished on every change.
+    roster: Arc<Roster>,
 }
 
 /// Node-wide problems kept for status; older ones are dropped.
@@ -151,6 +154,7 @@ impl State {
             dir: dir.to_path_buf(),
             containers: BTreeMap::new(),
             problems: Vec::new(),
+            roster: Arc::new(Roster::default()),
         };
         let mut log = Vec::new();
         let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
@@ -169,7 +173,31 @@ impl State {
                 }
             }
         }
+        state.publish();
         Ok((state, log))
+    }
+
+    /// The compute scheduler's view of the containers, kept up to date by every change.
+    pub fn roster(&self) -> Arc<Roster> {
+        self.roster.clone()
+    }
+
+    /// Publishes the containers to the compute scheduler.
+    fn publish(&self) {
+        self.roster.publish(
+            self.containers
+                .iter()
+                .map(|(name, m)| {
+                    Member::new(
+                        name.clone(),
+                        m.region.clone(),
+                        m.spec.gpus.as_slice().to_vec(),
+                        m.spec.compute,
+                        m.spec.priority,
+                    )
+                })
+                .collect(),
+        );
     }
 
     /// The state dir.
@@ -333,6 +361,7 @@ impl State {
                 retiring: false,
             },
         );
+        self.publish();
         Ok(self.info(&name).expect("just added"))
     }
 
@@ -371,6 +400,7 @@ impl State {
         let m = self.containers.get_mut(&name).expect("present");
         apply_caps(&m.region, &spec);
         m.spec = spec;
+        self.publish();
         Ok(())
     }
 
@@ -391,6 +421,7 @@ impl State {
         self.containers.remove(name);
         let _ = std::fs::remove_file(self.region_path(name));
         let _ = std::fs::remove_file(self.spec_path(name));
+        self.publish();
         Ok(())
     }
 
@@ -451,6 +482,9 @@ impl State {
                 Err(e) => m.problems.push(format!("cannot recreate its region: {e}")),
             }
             log.push(line);
+        }
+        if !log.is_empty() {
+            self.publish();
         }
         log
     }
@@ -613,6 +647,33 @@ fn spec_from_region(name: ContainerName, region: &Region) -> ContainerSpec {
     }
 }
 
+/// A container's compute figures on one device, as the scheduler and the library wrote
+/// them into its region.
+struct ComputeFigures {
+    target: Option<f64>,
+    measured: Option<f64>,
+    throttled_ns: u64,
+    preemptions: u64,
+}
+
+/// Reads [`ComputeFigures`] (untrusted: shares are clamped to the whole GPU). An unmetered
+/// container that measured nothing has no measured share (its launches are not timed).
+fn compute_figures(region: &Region, dev: usize) -> ComputeFigures {
+    use std::sync::atomic::Ordering::Relaxed;
+    use tessera_region::layout::{COMPUTE_UNLIMITED, PPM_ALL};
+    let a = region.compute(dev);
+    let share = |ppm: u32| f64::from(ppm.min(PPM_ALL)) / f64::from(PPM_ALL);
+    // Relaxed (all): momentary figures for people; nothing is published under them.
+    let measured = a.share_measured_ppm.load(Relaxed);
+    let metered = a.mode.load(Relaxed) != COMPUTE_UNLIMITED;
+    ComputeFigures {
+        target: Some(share(a.share_target_ppm.load(Relaxed))),
+        measured: (metered || measured > 0).then(|| share(measured)),
+        throttled_ns: a.throttled_ns.load(Relaxed),
+        preemptions: a.preemptions.load(Relaxed),
+    }
+}
+
 /// One container's status from its region. Host pids are left to the watchdog, which
 /// links them by the processes that map the region file.
 fn container_status(name: &str, m: &Managed, path: &Path) -> ContainerStatus {
@@ -652,18 +713,16 @@ fn container_status(name: &str, m: &Managed, path: &Path) -> ContainerStatus {
                     "GPU {gpu}: {used} bytes in use, over its cap (lowered below its usage)"
                 ));
             }
+            let compute = compute_figures(&m.region, dev);
             ContainerDevice {
                 gpu,
                 memory_used: used,
                 memory_cap: cap,
                 real_memory_used: None,
-                share_target: match m.spec.compute {
-                    ComputePolicy::Fixed(q) | ComputePolicy::Burst(q) => Some(f64::from(q) / 100.0),
-                    ComputePolicy::BestEffort => None,
-                },
-                share_measured: None,
-                throttled_ns: 0,
-                preemptions: 0,
+                share_target: compute.target,
+                share_measured: compute.measured,
+                throttled_ns: compute.throttled_ns,
+                preemptions: compute.preemptions,
             }
         })
         .collect();

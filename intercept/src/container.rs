@@ -52,6 +52,7 @@ fn init() -> Option<Container> {
     }
     let region = open_region(&caps)?;
     let region = REGION.get_or_init(|| region);
+    crate::compute::configure(region);
     Some(Container {
         region,
         registry: Registry::new(),
@@ -171,6 +172,12 @@ pub(crate) fn caps_from_env<V: AsRef<OsStr>>(
 }
 
 impl Container {
+    /// The container's region.
+    #[inline(always)]
+    pub(crate) fn region(&self) -> &'static Region {
+        self.region
+    }
+
     /// The container's cap on `device`, if it has one.
     pub(crate) fn memory_cap(&self, device: usize) -> Option<u64> {
         (device < MAX_DEVICES)
@@ -446,6 +453,7 @@ pub(crate) fn after_fork_in_child() {
     CLAIMING.store(false, Ordering::Relaxed);
     CLAIM_FAILED.store(false, Ordering::Relaxed);
     GENERATION.fetch_add(1, Ordering::Relaxed);
+    crate::compute::after_fork_in_child();
     if let Some(region) = REGION.get() {
         region.release_after_fork();
     }

@@ -9,8 +9,8 @@ pub(crate) const REGION: &str = "TESSERA_REGION";
 /// `_<index>` (`TESSERA_MEMORY_LIMIT_0`), one device's cap, which overrides it.
 pub(crate) const MEMORY_LIMIT: &str = "TESSERA_MEMORY_LIMIT";
 
-/// A standalone compute share, like `fixed:30`.
-#[allow(dead_code)] // read once the launch gate arrives
+/// A standalone compute share, like `fixed:30`: enforced by the container's processes
+/// among themselves on every device `controld` does not manage.
 pub(crate) const COMPUTE: &str = "TESSERA_COMPUTE";
 
 /// The real driver to load instead of `libcuda.so.1`: a file name or a path.

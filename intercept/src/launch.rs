@@ -1,6 +1,8 @@
-//! Kernel launches: the hot path. For now each handler only forwards; the launch gate of
-//! compute sharing goes here. Nothing else may be added without measuring it.
+//! Kernel launches: the hot path. Each handler asks the launch gate ([`crate::compute`])
+//! first — two loads when the container is limited nowhere — then launches, then tells the
+//! gate how the launch went. Nothing else may be added without measuring it.
 
+use crate::compute;
 use std::ffi::c_void;
 
 /// `cuLaunchKernel` and its `_ptsz` twin.
@@ -36,12 +38,29 @@ pub(crate) type LaunchCooperativeKernel = unsafe extern "C" fn(
 pub(crate) type LaunchKernelEx =
     unsafe extern "C" fn(*const c_void, *mut c_void, *mut *mut c_void, *mut *mut c_void) -> u32;
 
+/// `cuGraphLaunch` and its `_ptsz` twin.
+pub(crate) type GraphLaunch = unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32;
+
+/// Offset of `hStream` in `CUlaunchConfig`: after seven `unsigned int`s, pointer-aligned.
+const LAUNCH_CONFIG_STREAM: usize = 32;
+
+/// Runs `launch` through the gate for `stream`.
+#[inline(always)]
+fn gated(stream: *mut c_void, per_thread: bool, launch: impl FnOnce() -> u32) -> u32 {
+    let ticket = compute::admit(stream, per_thread);
+    let rc = launch();
+    if let Some(t) = ticket {
+        compute::launched(t, rc);
+    }
+    rc
+}
+
 /// # Safety
-/// `real` is the driver's `cuLaunchKernel` or `cuLaunchKernel_ptsz`; the arguments are the
-/// caller's.
+/// `real` is the driver's `cuLaunchKernel` (`PER_THREAD`: `cuLaunchKernel_ptsz`); the
+/// arguments are the caller's.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)] // the driver's signature
-pub(crate) unsafe fn launch_kernel(
+pub(crate) unsafe fn launch_kernel<const PER_THREAD: bool>(
     real: LaunchKernel,
     f: *mut c_void,
     grid_x: u32,
@@ -55,30 +74,32 @@ pub(crate) unsafe fn launch_kernel(
     params: *mut *mut c_void,
     extra: *mut *mut c_void,
 ) -> u32 {
-    // SAFETY: the caller's arguments, passed on to the function they were meant for.
-    unsafe {
-        real(
-            f,
-            grid_x,
-            grid_y,
-            grid_z,
-            block_x,
-            block_y,
-            block_z,
-            shared_bytes,
-            stream,
-            params,
-            extra,
-        )
-    }
+    gated(stream, PER_THREAD, || {
+        // SAFETY: the caller's arguments, passed on to the function they were meant for.
+        unsafe {
+            real(
+                f,
+                grid_x,
+                grid_y,
+                grid_z,
+                block_x,
+                block_y,
+                block_z,
+                shared_bytes,
+                stream,
+                params,
+                extra,
+            )
+        }
+    })
 }
 
 /// # Safety
-/// `real` is the driver's `cuLaunchCooperativeKernel` or its `_ptsz` twin; the arguments
-/// are the caller's.
+/// `real` is the driver's `cuLaunchCooperativeKernel` (`PER_THREAD`: its `_ptsz` twin); the
+/// arguments are the caller's.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)] // the driver's signature
-pub(crate) unsafe fn launch_cooperative_kernel(
+pub(crate) unsafe fn launch_cooperative_kernel<const PER_THREAD: bool>(
     real: LaunchCooperativeKernel,
     f: *mut c_void,
     grid_x: u32,
@@ -91,34 +112,66 @@ pub(crate) unsafe fn launch_cooperative_kernel(
     stream: *mut c_void,
     params: *mut *mut c_void,
 ) -> u32 {
-    // SAFETY: the caller's arguments, passed on to the function they were meant for.
-    unsafe {
-        real(
-            f,
-            grid_x,
-            grid_y,
-            grid_z,
-            block_x,
-            block_y,
-            block_z,
-            shared_bytes,
-            stream,
-            params,
-        )
-    }
+    gated(stream, PER_THREAD, || {
+        // SAFETY: the caller's arguments, passed on to the function they were meant for.
+        unsafe {
+            real(
+                f,
+                grid_x,
+                grid_y,
+                grid_z,
+                block_x,
+                block_y,
+                block_z,
+                shared_bytes,
+                stream,
+                params,
+            )
+        }
+    })
 }
 
 /// # Safety
-/// `real` is the driver's `cuLaunchKernelEx` or `cuLaunchKernelEx_ptsz`; the arguments are
-/// the caller's.
+/// `real` is the driver's `cuLaunchKernelEx` (`PER_THREAD`: `cuLaunchKernelEx_ptsz`); the
+/// arguments are the caller's: `config`, when not null, points to a `CUlaunchConfig`.
 #[inline(always)]
-pub(crate) unsafe fn launch_kernel_ex(
+pub(crate) unsafe fn launch_kernel_ex<const PER_THREAD: bool>(
     real: LaunchKernelEx,
     config: *const c_void,
     f: *mut c_void,
     params: *mut *mut c_void,
     extra: *mut *mut c_void,
 ) -> u32 {
-    // SAFETY: the caller's arguments, passed on to the function they were meant for.
-    unsafe { real(config, f, params, extra) }
+    let stream = if config.is_null() {
+        std::ptr::null_mut()
+    } else {
+        // SAFETY: a non-null config is a CUlaunchConfig, whose stream handle is at this
+        // pointer-aligned offset; read without assuming more alignment than the driver does.
+        unsafe {
+            config
+                .cast::<u8>()
+                .add(LAUNCH_CONFIG_STREAM)
+                .cast::<*mut c_void>()
+                .read_unaligned()
+        }
+    };
+    gated(stream, PER_THREAD, || {
+        // SAFETY: the caller's arguments, passed on to the function they were meant for.
+        unsafe { real(config, f, params, extra) }
+    })
+}
+
+/// # Safety
+/// `real` is the driver's `cuGraphLaunch` (`PER_THREAD`: `cuGraphLaunch_ptsz`); the
+/// arguments are the caller's.
+#[inline(always)]
+pub(crate) unsafe fn graph_launch<const PER_THREAD: bool>(
+    real: GraphLaunch,
+    exec: *mut c_void,
+    stream: *mut c_void,
+) -> u32 {
+    gated(stream, PER_THREAD, || {
+        // SAFETY: the caller's arguments, passed on to the function they were meant for.
+        unsafe { real(exec, stream) }
+    })
 }

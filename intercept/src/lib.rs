@@ -3,7 +3,8 @@
 //! It intercepts the driver entry points listed in the hook table ([`hooks`]) on every path an
 //! application resolves them by: symbol interposition (apps linked with `-lcuda`), `dlsym` on
 //! the driver's handle ([`dlsym`]), and `cuGetProcAddress` ([`proc_address`]). The handlers
-//! enforce the container's memory caps ([`memory`], [`container`]); everything not hooked
+//! enforce the container's memory caps ([`memory`], [`container`]) and compute shares
+//! ([`compute`], [`launch`]); everything not hooked
 //! goes straight to the real driver ([`driver`]).
 //!
 //! Nothing here may unwind into the application: every export catches panics. The library is
@@ -12,6 +13,7 @@
 mod log;
 pub(crate) use log::tlog;
 
+mod compute;
 mod container;
 mod dlsym;
 mod driver;

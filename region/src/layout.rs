@@ -8,12 +8,12 @@
 //! buggy or hostile process of the container.
 
 use std::mem::{align_of, offset_of, size_of};
-use std::sync::atomic::{AtomicU32, AtomicU64};
+use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64};
 
 /// First bytes of every region file.
 pub const MAGIC: [u8; 8] = *b"TESSERA\0";
 /// Version of this layout; bumped whenever a byte moves or changes meaning.
-pub const ABI_VERSION: u32 = 1;
+pub const ABI_VERSION: u32 = 2;
 /// Devices one container can use (one [`DeviceAccount`] each).
 pub const MAX_DEVICES: usize = 16;
 /// Process slots in a region: the most processes of one container that use the GPU at once.
@@ -30,6 +30,27 @@ pub const LOCK_BASE: i64 = 1 << 40;
 /// processes of a container (two contexts made at once would each be measured with the
 /// other's memory): the first byte past the slots' liveness bytes.
 pub const MEASURE_LOCK: i64 = LOCK_BASE + MAX_PROCESSES as i64;
+
+/// [`ComputeAccount::mode`]: compute is not limited; launches take the fast path.
+pub const COMPUTE_UNLIMITED: u32 = 0;
+/// [`ComputeAccount::mode`]: `controld` refills the bucket and sets blocks.
+pub const COMPUTE_DAEMON: u32 = 1;
+/// [`ComputeAccount::mode`]: no daemon; the container's processes refill the bucket
+/// themselves at [`ComputeAccount::local_share_ppm`] (`TESSERA_COMPUTE=fixed:Q`).
+pub const COMPUTE_LOCAL: u32 = 2;
+/// [`ComputeAccount::priority`]: latency-critical work that preempts offline work.
+pub const PRIORITY_ONLINE: u32 = 0;
+/// [`ComputeAccount::priority`]: work that yields the GPU while online work has some.
+pub const PRIORITY_OFFLINE: u32 = 1;
+/// Launches a container may have in flight per device when [`ComputeAccount::window`] is 0.
+pub const DEFAULT_WINDOW: u32 = 2;
+/// One share in parts per million: 100% of a device's time.
+pub const PPM_ALL: u32 = 1_000_000;
+/// 1 ms bins of device busy time in [`ComputeAccount::busy_bins`] (a ring).
+pub const BUSY_BINS: usize = 256;
+/// Low bits of a packed busy bin that hold its nanoseconds (saturating); the bits above
+/// hold the bin's millisecond plus one (0: empty bin).
+pub const BUSY_NS_BITS: u32 = 24;
 
 /// [`ProcessEntry::state`]: nobody owns the slot.
 pub const SLOT_FREE: u32 = 0;
@@ -55,8 +76,13 @@ pub struct Header {
     pub ready: AtomicU32,
     /// The container's name, `[a-z0-9][a-z0-9-]{0,62}`, NUL-padded.
     pub name: [u8; NAME_LEN],
+    /// Bit `d` is set while device `d`'s [`ComputeAccount::mode`] is not
+    /// [`COMPUTE_UNLIMITED`], so that a launch in a container limited nowhere costs one
+    /// load. Written with the modes, through `Region::set_compute_mode` (by `controld`, or
+    /// by the library for `TESSERA_COMPUTE`); never write a mode without it.
+    pub compute_limited: AtomicU32,
     /// Zero; room for later fields without a new header size.
-    pub reserved: [u8; 32],
+    pub reserved: [u8; 28],
 }
 
 /// One device's memory account for the whole container, alone on its cache line: every
@@ -85,6 +111,79 @@ pub struct ProcessEntry {
     pub reserved: [u8; 56],
 }
 
+/// One device's compute account for the whole container: the launch gate's state, its
+/// GPU-time token bucket and its measurements. Three cache lines of words, then the busy
+/// bins: the first line is written by whoever sets limits (`controld`, or the library in
+/// [`COMPUTE_LOCAL`] mode) and read at every gated launch; the second is written by the
+/// library's gated launches; the third holds rarely written timestamps. All times are
+/// nanoseconds of `CLOCK_MONOTONIC` (the node clock) unless named otherwise.
+#[repr(C, align(64))]
+pub struct ComputeAccount {
+    /// [`COMPUTE_UNLIMITED`], [`COMPUTE_DAEMON`] or [`COMPUTE_LOCAL`]. Written by
+    /// `controld` (or by the library for `TESSERA_COMPUTE`), only through
+    /// `Region::set_compute_mode`, which keeps [`Header::compute_limited`] in step.
+    pub mode: AtomicU32,
+    /// 1 while the container may launch nothing new on the device (an offline container
+    /// while online work runs). Written by `controld`.
+    pub blocked: AtomicU32,
+    /// Launches the container may have in flight on the device; 0 means
+    /// [`DEFAULT_WINDOW`]. Written by `controld` (set at creation).
+    pub window: AtomicU32,
+    /// [`PRIORITY_ONLINE`] or [`PRIORITY_OFFLINE`]. Written by `controld`.
+    pub priority: AtomicU32,
+    /// The share the processes refill themselves with in [`COMPUTE_LOCAL`] mode, in parts
+    /// per million of the device's time. Written by the library (`TESSERA_COMPUTE`).
+    pub local_share_ppm: AtomicU32,
+    /// The share the scheduler gives the container now, in ppm. Written by `controld`, for
+    /// status and metrics.
+    pub share_target_ppm: AtomicU32,
+    /// The share the container got lately (normalised), in ppm. Written by `controld`.
+    pub share_measured_ppm: AtomicU32,
+    /// Zero.
+    pub reserved0: u32,
+    /// Times `controld` blocked the container for online work. Written by `controld`.
+    pub preemptions: AtomicU64,
+    /// Zero; ends the first cache line.
+    pub reserved1: [u8; 24],
+    /// Futex word the throttled launches sleep on; bumped (then woken) by whoever refills
+    /// the bucket or lifts a block: `controld`, or the processes in [`COMPUTE_LOCAL`] mode.
+    pub gate: AtomicU32,
+    /// Futex word: 1 while the container has launches in flight or waiting. Raised and
+    /// cleared by the library; `controld` sleeps on it for online containers.
+    pub active: AtomicU32,
+    /// Launches of the container sleeping in the gate now. Written by the library.
+    pub waiting: AtomicU32,
+    /// Launches admitted and not yet seen complete. Written by the library (a dead
+    /// process's share is taken back by `controld`'s reaper only through the slot's own
+    /// counts, so this may stay high after a crash; `controld` clamps it).
+    pub inflight: AtomicU32,
+    /// The GPU-time token bucket in ns; negative is debt. Charged by the library as kernels
+    /// complete, refilled by `controld` (or the processes in [`COMPUTE_LOCAL`] mode).
+    pub bucket_ns: AtomicI64,
+    /// When the bucket was last refilled. Written by the refiller.
+    pub last_refill_ns: AtomicU64,
+    /// GPU time measured for the container on the device, raw (overlap included). Written
+    /// by the library.
+    pub measured_ns: AtomicU64,
+    /// Time launches spent waiting in the gate, summed over threads. Written by the
+    /// library.
+    pub throttled_ns: AtomicU64,
+    /// Launches admitted through the gate (launches on the fast path are not counted).
+    /// Written by the library.
+    pub launches: AtomicU64,
+    /// When an online container last raised `active`. Written by the library.
+    pub active_raised_ns: AtomicU64,
+    /// When a launch first found the container blocked after the last unblock; 0 once
+    /// `controld` lifts the block. Written by the library (cleared by `controld`).
+    pub blocked_seen_ns: AtomicU64,
+    /// Zero; ends the third cache line.
+    pub reserved2: [u8; 56],
+    /// Ring of 1 ms bins of busy time, the bin of millisecond `ms` at `ms % BUSY_BINS`;
+    /// each packs `(ms + 1) << BUSY_NS_BITS | ns` (0: empty). Added to by the library as
+    /// kernels complete, emptied by `controld` when it settles them.
+    pub busy_bins: [AtomicU64; BUSY_BINS],
+}
+
 /// The whole region file.
 #[repr(C)]
 pub struct RegionLayout {
@@ -92,6 +191,8 @@ pub struct RegionLayout {
     pub header: Header,
     /// The container's per-device memory accounts.
     pub devices: [DeviceAccount; MAX_DEVICES],
+    /// The container's per-device compute accounts.
+    pub compute: [ComputeAccount; MAX_DEVICES],
     /// The process table.
     pub processes: [ProcessEntry; MAX_PROCESSES],
 }
@@ -108,15 +209,42 @@ const _: () = assert!(offset_of!(Header, total_size) == 16);
 const _: () = assert!(offset_of!(Header, device_count) == 24);
 const _: () = assert!(offset_of!(Header, ready) == 28);
 const _: () = assert!(offset_of!(Header, name) == 32);
-const _: () = assert!(offset_of!(Header, reserved) == 96);
+const _: () = assert!(offset_of!(Header, compute_limited) == 96);
+const _: () = assert!(offset_of!(Header, reserved) == 100);
 const _: () = assert!(size_of::<DeviceAccount>() == 64);
 const _: () = assert!(offset_of!(DeviceAccount, memory_used) == 8);
 const _: () = assert!(size_of::<ProcessEntry>() == 192);
 const _: () = assert!(offset_of!(ProcessEntry, pid) == 4);
 const _: () = assert!(offset_of!(ProcessEntry, memory) == 8);
 const _: () = assert!(offset_of!(RegionLayout, devices) == 128);
-const _: () = assert!(offset_of!(RegionLayout, processes) == 128 + 64 * MAX_DEVICES);
-const _: () = assert!(TOTAL_SIZE == 128 + 64 * MAX_DEVICES + 192 * MAX_PROCESSES);
+const _: () = assert!(offset_of!(ComputeAccount, blocked) == 4);
+const _: () = assert!(offset_of!(ComputeAccount, window) == 8);
+const _: () = assert!(offset_of!(ComputeAccount, priority) == 12);
+const _: () = assert!(offset_of!(ComputeAccount, local_share_ppm) == 16);
+const _: () = assert!(offset_of!(ComputeAccount, share_target_ppm) == 20);
+const _: () = assert!(offset_of!(ComputeAccount, share_measured_ppm) == 24);
+const _: () = assert!(offset_of!(ComputeAccount, preemptions) == 32);
+const _: () = assert!(offset_of!(ComputeAccount, gate) == 64);
+const _: () = assert!(offset_of!(ComputeAccount, active) == 68);
+const _: () = assert!(offset_of!(ComputeAccount, waiting) == 72);
+const _: () = assert!(offset_of!(ComputeAccount, inflight) == 76);
+const _: () = assert!(offset_of!(ComputeAccount, bucket_ns) == 80);
+const _: () = assert!(offset_of!(ComputeAccount, last_refill_ns) == 88);
+const _: () = assert!(offset_of!(ComputeAccount, measured_ns) == 96);
+const _: () = assert!(offset_of!(ComputeAccount, throttled_ns) == 104);
+const _: () = assert!(offset_of!(ComputeAccount, launches) == 112);
+const _: () = assert!(offset_of!(ComputeAccount, active_raised_ns) == 120);
+const _: () = assert!(offset_of!(ComputeAccount, blocked_seen_ns) == 128);
+const _: () = assert!(offset_of!(ComputeAccount, busy_bins) == 192);
+const _: () = assert!(size_of::<ComputeAccount>() == 192 + 8 * BUSY_BINS);
+const _: () = assert!(size_of::<ComputeAccount>().is_multiple_of(64));
+const _: () = assert!(offset_of!(RegionLayout, compute) == 128 + 64 * MAX_DEVICES);
+const _: () =
+    assert!(offset_of!(RegionLayout, processes) == 128 + (64 + 192 + 8 * BUSY_BINS) * MAX_DEVICES);
+const _: () =
+    assert!(TOTAL_SIZE == 128 + (64 + 192 + 8 * BUSY_BINS) * MAX_DEVICES + 192 * MAX_PROCESSES);
+const _: () = assert!(size_of::<AtomicI64>() == 8 && align_of::<AtomicI64>() == 8);
+const _: () = assert!(MAX_DEVICES <= 32); // one bit each in `Header::compute_limited`
 const _: () = assert!(align_of::<RegionLayout>() == 64);
 // The atomics must be plain integers in memory for C (and for the other side's mapping).
 const _: () = assert!(size_of::<AtomicU64>() == 8 && align_of::<AtomicU64>() == 8);
@@ -163,11 +291,40 @@ pub fn describe() -> Vec<FieldLayout> {
         field!("tessera_header", Header, device_count),
         field!("tessera_header", Header, ready),
         field!("tessera_header", Header, name),
+        field!("tessera_header", Header, compute_limited),
         field!("tessera_header", Header, reserved),
         whole!("tessera_device_account", DeviceAccount),
         field!("tessera_device_account", DeviceAccount, memory_cap),
         field!("tessera_device_account", DeviceAccount, memory_used),
         field!("tessera_device_account", DeviceAccount, reserved),
+        whole!("tessera_compute_account", ComputeAccount),
+        field!("tessera_compute_account", ComputeAccount, mode),
+        field!("tessera_compute_account", ComputeAccount, blocked),
+        field!("tessera_compute_account", ComputeAccount, window),
+        field!("tessera_compute_account", ComputeAccount, priority),
+        field!("tessera_compute_account", ComputeAccount, local_share_ppm),
+        field!("tessera_compute_account", ComputeAccount, share_target_ppm),
+        field!(
+            "tessera_compute_account",
+            ComputeAccount,
+            share_measured_ppm
+        ),
+        field!("tessera_compute_account", ComputeAccount, reserved0),
+        field!("tessera_compute_account", ComputeAccount, preemptions),
+        field!("tessera_compute_account", ComputeAccount, reserved1),
+        field!("tessera_compute_account", ComputeAccount, gate),
+        field!("tessera_compute_account", ComputeAccount, active),
+        field!("tessera_compute_account", ComputeAccount, waiting),
+        field!("tessera_compute_account", ComputeAccount, inflight),
+        field!("tessera_compute_account", ComputeAccount, bucket_ns),
+        field!("tessera_compute_account", ComputeAccount, last_refill_ns),
+        field!("tessera_compute_account", ComputeAccount, measured_ns),
+        field!("tessera_compute_account", ComputeAccount, throttled_ns),
+        field!("tessera_compute_account", ComputeAccount, launches),
+        field!("tessera_compute_account", ComputeAccount, active_raised_ns),
+        field!("tessera_compute_account", ComputeAccount, blocked_seen_ns),
+        field!("tessera_compute_account", ComputeAccount, reserved2),
+        field!("tessera_compute_account", ComputeAccount, busy_bins),
         whole!("tessera_process_entry", ProcessEntry),
         field!("tessera_process_entry", ProcessEntry, state),
         field!("tessera_process_entry", ProcessEntry, pid),
@@ -176,6 +333,7 @@ pub fn describe() -> Vec<FieldLayout> {
         whole!("tessera_region", RegionLayout),
         field!("tessera_region", RegionLayout, header),
         field!("tessera_region", RegionLayout, devices),
+        field!("tessera_region", RegionLayout, compute),
         field!("tessera_region", RegionLayout, processes),
     ]
 }

@@ -23,6 +23,7 @@
 
 #![warn(missing_docs)]
 
+pub mod compute;
 mod error;
 mod file;
 pub mod layout;
@@ -32,18 +33,21 @@ mod name;
 mod slot;
 pub mod units;
 
+pub use compute::{
+    monotonic_ns, BusyBin, Woken, LOCAL_BURST_NS, LOCAL_REFILL_NS, LOCAL_SETTLE_MS, MAX_DEBT_NS,
+};
 pub use error::RegionError;
 pub use layout::{MAX_DEVICES, MAX_PROCESSES};
 pub use memory::OverCap;
 pub use slot::{ProcessInfo, ProcessSlot};
 
-use layout::{DeviceAccount, RegionLayout};
+use layout::{ComputeAccount, DeviceAccount, RegionLayout, COMPUTE_UNLIMITED};
 use memory::MemoryCap;
 use std::ffi::CString;
 use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 /// Whether `name` is a valid container name: 1 to 63 of `a-z`, `0-9` and `-`, not starting
 /// with `-` (what [`RegionInit::name`] accepts).
@@ -149,6 +153,44 @@ impl Region {
     /// The device's account; `None` past [`MAX_DEVICES`].
     pub(crate) fn account(&self, dev: usize) -> Option<&DeviceAccount> {
         self.layout().devices.get(dev)
+    }
+
+    /// Device `dev`'s compute account (its launch gate, token bucket and busy bins).
+    ///
+    /// # Panics
+    /// If `dev` is [`MAX_DEVICES`] or more.
+    pub fn compute(&self, dev: usize) -> &ComputeAccount {
+        &self.layout().compute[dev]
+    }
+
+    /// Sets device `dev`'s compute mode (`layout::COMPUTE_*`; ignored past
+    /// [`MAX_DEVICES`]) and its bit in the header's `compute_limited`, then wakes the
+    /// device's gate so that sleeping launches look again. The only way to change a mode.
+    pub fn set_compute_mode(&self, dev: usize, mode: u32) {
+        let Some(account) = self.layout().compute.get(dev) else {
+            return;
+        };
+        // Relaxed: the mode is a single word read afresh at each launch; the wake-up below
+        // orders it before the sleepers' next check.
+        account.mode.store(mode, Ordering::Relaxed);
+        let bit = 1u32 << dev;
+        let limited: &AtomicU32 = &self.layout().header.compute_limited;
+        // Relaxed (both): a summary of the modes, read afresh at each launch; a launch racing
+        // with a change may take either path, as it may with the mode itself.
+        if mode == COMPUTE_UNLIMITED {
+            limited.fetch_and(!bit, Ordering::Relaxed);
+        } else {
+            limited.fetch_or(bit, Ordering::Relaxed);
+        }
+        account.wake_gate();
+    }
+
+    /// The header's `compute_limited`: bit `d` set while device `d`'s compute is limited.
+    /// One load: a launch in a container with no limit anywhere looks no further.
+    #[inline]
+    pub fn compute_limited(&self) -> u32 {
+        // Relaxed: see `set_compute_mode`.
+        self.layout().header.compute_limited.load(Ordering::Relaxed)
     }
 
     /// The region file; `None` for an anonymous region.

@@ -151,8 +151,27 @@ fn child_main() {
             println!("grandchild {pid}");
             std::process::exit(0);
         }
+        "gate" => gate_waiter(region),
         other => panic!("unknown child {other}"),
     }
+}
+
+/// Sleeps in the gate of device 0 (with a timeout far longer than the test) until the
+/// bucket is positive, following the waiter's protocol; says how long it slept.
+fn gate_waiter(region: &'static Region) {
+    let acct = region.compute(0);
+    acct.waiting.fetch_add(1, Ordering::SeqCst);
+    println!("waiting");
+    let started = Instant::now();
+    loop {
+        let seen = acct.gate.load(Ordering::SeqCst);
+        if acct.bucket_ns.load(Ordering::SeqCst) > 0 {
+            break;
+        }
+        acct.wait_gate(seen, 20_000_000_000);
+    }
+    acct.waiting.fetch_sub(1, Ordering::SeqCst);
+    println!("admitted after {} ms", started.elapsed().as_millis());
 }
 
 /// 4 threads: fill the cap one byte at a time together, then reserve and release random
@@ -554,4 +573,50 @@ fn an_anonymous_region_is_shared_with_forked_children() {
     assert_eq!(r.memory_used(0), 100);
     assert_eq!(me.memory_held(0), 100, "the parent's slot is untouched");
     me.reserve_memory(0, 900).unwrap();
+}
+
+#[test]
+fn a_waiter_in_another_process_is_woken_by_the_refill() {
+    let path = temp_path("gate");
+    let r = region(&path, None);
+    let acct = r.compute(0);
+    let mut kid = Kid::start(&path, "gate");
+    kid.wait_for("waiting");
+    // Let it reach the futex, then refill and wake.
+    std::thread::sleep(Duration::from_millis(300));
+    let (old, new) = acct.credit(1_000_000, 2_000_000);
+    assert!(old <= 0 && new > 0);
+    acct.wake_gate();
+    let after: u64 = kid
+        .wait_for("admitted after")
+        .trim_end_matches(" ms")
+        .parse()
+        .unwrap();
+    assert!(
+        (300..5_000).contains(&after),
+        "the waiter slept {after} ms; a wake-up must end its 20 s wait"
+    );
+    assert!(kid.child.wait().unwrap().success());
+    assert_eq!(acct.waiting.load(Ordering::SeqCst), 0);
+    let _ = std::fs::remove_file(&path);
+}
+
+#[test]
+fn busy_bins_written_by_two_processes_are_settled_once() {
+    let path = temp_path("bins");
+    let r = region(&path, None);
+    let acct = r.compute(0);
+    // Two writers (this process and a mapping of the same file) spreading intervals across
+    // millisecond boundaries.
+    let other = Region::open(&path).unwrap();
+    acct.add_busy(5_000_000_000, 5_002_500_000);
+    other.compute(0).add_busy(5_001_500_000, 5_003_000_000);
+    let bins = other.compute(0).take_settled_bins(5_001);
+    let ns: Vec<(u64, u64)> = bins.iter().map(|b| (b.ms, b.busy_ns)).collect();
+    assert_eq!(ns, vec![(5_000, 1_000_000), (5_001, 1_500_000)]);
+    let rest = acct.take_settled_bins(u64::MAX >> 30);
+    let ns: Vec<(u64, u64)> = rest.iter().map(|b| (b.ms, b.busy_ns)).collect();
+    assert_eq!(ns, vec![(5_002, 1_500_000)]);
+    assert!(acct.take_settled_bins(u64::MAX >> 30).is_empty());
+    let _ = std::fs::remove_file(&path);
 }

@@ -252,6 +252,14 @@ fn proc_address_hands_out_the_right_variant() {
             "cuGetProcAddress_v2",
         ),
         ("cuGetProcAddress:11030:0", LIBTESSERA, "cuGetProcAddress"),
+        ("cuGraphLaunch:12000:2", LIBTESSERA, "cuGraphLaunch_ptsz"),
+        // Hooked so that the launch gate harvests after the application waits.
+        ("cuCtxSynchronize:12000:0", LIBTESSERA, "cuCtxSynchronize"),
+        (
+            "cuStreamSynchronize:12000:2",
+            LIBTESSERA,
+            "cuStreamSynchronize_ptsz",
+        ),
         // Not hooked: the driver's own.
         ("cuDeviceGetName:12000:0", DRIVER, "cuDeviceGetName"),
         (
@@ -259,13 +267,8 @@ fn proc_address_hands_out_the_right_variant() {
             DRIVER,
             "cuDeviceGetAttribute",
         ),
-        ("cuCtxSynchronize:12000:0", DRIVER, "cuCtxSynchronize"),
         ("cuMemcpyHtoD:12000:2", DRIVER, "cuMemcpyHtoD_v2_ptds"),
-        (
-            "cuStreamSynchronize:12000:2",
-            DRIVER,
-            "cuStreamSynchronize_ptsz",
-        ),
+        ("cuStreamQuery:12000:2", DRIVER, "cuStreamQuery_ptsz"),
     ];
     let node = node();
     let container = Container::new(&node, None);

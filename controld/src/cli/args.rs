@@ -51,6 +51,11 @@ pub const COMMANDS: &[Command] = &[
         operands: "-- CMD [ARGS...]",
         help: "run CMD in a transient container, removed when it exits; exits with its code",
     },
+    Command {
+        words: "demo",
+        operands: "",
+        help: "three containers share one GPU (simgpu's when there is none): a live view, then a summary",
+    },
 ];
 
 /// One option: `--name VALUE`, or `--name` alone when `value` is empty.
@@ -147,6 +152,27 @@ pub const FLAGS: &[Flag] = &[
         value: "",
         commands: &["container list", "status"],
         help: "print JSON",
+    },
+    Flag {
+        name: "seconds",
+        alias: None,
+        value: "N",
+        commands: &["demo"],
+        help: "how long the demo's workloads run (default 15)",
+    },
+    Flag {
+        name: "no-live",
+        alias: None,
+        value: "",
+        commands: &["demo"],
+        help: "print only the start and the summary",
+    },
+    Flag {
+        name: "simgpu",
+        alias: None,
+        value: "",
+        commands: &["demo"],
+        help: "use a simulated GPU even where a real one is present",
     },
 ];
 

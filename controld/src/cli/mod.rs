@@ -14,7 +14,7 @@ use std::ffi::OsString;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-pub use render::render_status;
+pub use render::{human, render_status};
 
 /// Runs the command line (without the program name); returns the exit status.
 pub fn main(argv: Vec<OsString>) -> i32 {
@@ -162,6 +162,20 @@ fn dispatch(args: &Args) -> Result<i32, String> {
                 priority: priority(args)?.unwrap_or_default(),
             };
             crate::exec::exec(&socket(args)?, spec, &args.rest).map_err(|e| e.to_string())
+        }
+        "demo" => {
+            let seconds = match args.get("seconds") {
+                Some(s) => s.parse().ok().filter(|&n| n > 0).ok_or_else(|| {
+                    format!("--seconds {s}: give a whole number of seconds, like 15")
+                })?,
+                None => crate::demo::DEFAULT_SECONDS,
+            };
+            let options = crate::demo::Options {
+                seconds,
+                live: !args.on("no-live"),
+                force_simgpu: args.on("simgpu"),
+            };
+            crate::demo::run(&options).map_err(|e| e.to_string())
         }
         other => Err(format!("unknown command `{other}`; run controld --help")),
     }

@@ -11,7 +11,7 @@
 //! has one: `cuGetProcAddress` substitution relies on it, and the coverage test checks it.
 
 use super::hook_table;
-use crate::{launch, memory, proc_address};
+use crate::{compute, launch, memory, proc_address};
 use std::ffi::{c_char, c_int, c_void};
 
 hook_table! {
@@ -30,6 +30,8 @@ hook_table! {
         [cuCtxCreate @ 12050] => memory::context::ctx_create_v4;
     cuda fn cuCtxDestroy_v2(ctx: *mut c_void)
         [cuCtxDestroy @ 4000] => memory::context::ctx_destroy;
+    cuda fn cuCtxSynchronize()
+        [cuCtxSynchronize @ 2000] => compute::sync::ctx_synchronize;
     cuda fn cuDevicePrimaryCtxRelease(dev: i32)
         [cuDevicePrimaryCtxRelease @ 7000] => memory::context::primary_ctx_release;
     cuda fn cuDevicePrimaryCtxRelease_v2(dev: i32)
@@ -42,6 +44,8 @@ hook_table! {
         [cuDevicePrimaryCtxRetain @ 7000] => memory::context::primary_ctx_retain;
     cuda fn cuDeviceTotalMem_v2(bytes: *mut usize, dev: i32)
         [cuDeviceTotalMem @ 3020] => memory::query::device_total_mem;
+    cuda fn cuEventSynchronize(event: *mut c_void)
+        [cuEventSynchronize @ 2000] => compute::sync::event_synchronize;
     cuda fn cuGetProcAddress(
         symbol: *const c_char, pfn: *mut *mut c_void, cuda_version: c_int, flags: u64,
     ) [cuGetProcAddress @ 11030] => proc_address::get_proc_address;
@@ -49,34 +53,38 @@ hook_table! {
         symbol: *const c_char, pfn: *mut *mut c_void, cuda_version: c_int, flags: u64,
         symbol_status: *mut c_int,
     ) [cuGetProcAddress @ 12000] => proc_address::get_proc_address_v2;
+    cuda fn cuGraphLaunch(exec: *mut c_void, stream: *mut c_void)
+        [cuGraphLaunch @ 10000] => launch::graph_launch::<false>;
+    cuda fn cuGraphLaunch_ptsz(exec: *mut c_void, stream: *mut c_void)
+        [cuGraphLaunch @ 10000 per_thread] => launch::graph_launch::<true>;
     cuda fn cuLaunchCooperativeKernel(
         f: *mut c_void, grid_x: u32, grid_y: u32, grid_z: u32,
         block_x: u32, block_y: u32, block_z: u32, shared_bytes: u32, stream: *mut c_void,
         params: *mut *mut c_void,
-    ) [cuLaunchCooperativeKernel @ 9000] => launch::launch_cooperative_kernel;
+    ) [cuLaunchCooperativeKernel @ 9000] => launch::launch_cooperative_kernel::<false>;
     cuda fn cuLaunchCooperativeKernel_ptsz(
         f: *mut c_void, grid_x: u32, grid_y: u32, grid_z: u32,
         block_x: u32, block_y: u32, block_z: u32, shared_bytes: u32, stream: *mut c_void,
         params: *mut *mut c_void,
-    ) [cuLaunchCooperativeKernel @ 9000 per_thread] => launch::launch_cooperative_kernel;
+    ) [cuLaunchCooperativeKernel @ 9000 per_thread] => launch::launch_cooperative_kernel::<true>;
     cuda fn cuLaunchKernel(
         f: *mut c_void, grid_x: u32, grid_y: u32, grid_z: u32,
         block_x: u32, block_y: u32, block_z: u32, shared_bytes: u32, stream: *mut c_void,
         params: *mut *mut c_void, extra: *mut *mut c_void,
-    ) [cuLaunchKernel @ 4000] => launch::launch_kernel;
+    ) [cuLaunchKernel @ 4000] => launch::launch_kernel::<false>;
     cuda fn cuLaunchKernelEx(
         config: *const c_void, f: *mut c_void, params: *mut *mut c_void,
         extra: *mut *mut c_void,
-    ) [cuLaunchKernelEx @ 11060] => launch::launch_kernel_ex;
+    ) [cuLaunchKernelEx @ 11060] => launch::launch_kernel_ex::<false>;
     cuda fn cuLaunchKernelEx_ptsz(
         config: *const c_void, f: *mut c_void, params: *mut *mut c_void,
         extra: *mut *mut c_void,
-    ) [cuLaunchKernelEx @ 11060 per_thread] => launch::launch_kernel_ex;
+    ) [cuLaunchKernelEx @ 11060 per_thread] => launch::launch_kernel_ex::<true>;
     cuda fn cuLaunchKernel_ptsz(
         f: *mut c_void, grid_x: u32, grid_y: u32, grid_z: u32,
         block_x: u32, block_y: u32, block_z: u32, shared_bytes: u32, stream: *mut c_void,
         params: *mut *mut c_void, extra: *mut *mut c_void,
-    ) [cuLaunchKernel @ 7000 per_thread] => launch::launch_kernel;
+    ) [cuLaunchKernel @ 7000 per_thread] => launch::launch_kernel::<true>;
     cuda fn cuMemAddressFree(ptr: u64, size: usize)
         [cuMemAddressFree @ 10020] => memory::vmm::mem_address_free;
     cuda fn cuMemAllocAsync(dptr: *mut u64, bytes: usize, stream: *mut c_void)
@@ -118,6 +126,10 @@ hook_table! {
         [cuMipmappedArrayCreate @ 5000] => memory::array::mipmapped_array_create;
     cuda fn cuMipmappedArrayDestroy(arr: *mut c_void)
         [cuMipmappedArrayDestroy @ 5000] => memory::array::mipmapped_array_destroy;
+    cuda fn cuStreamSynchronize(stream: *mut c_void)
+        [cuStreamSynchronize @ 2000] => compute::sync::stream_synchronize;
+    cuda fn cuStreamSynchronize_ptsz(stream: *mut c_void)
+        [cuStreamSynchronize @ 7000 per_thread] => compute::sync::stream_synchronize;
     nvml fn nvmlDeviceGetMemoryInfo(device: *mut c_void, memory: *mut c_void)
         => memory::nvml::memory_info;
     nvml fn nvmlDeviceGetMemoryInfo_v2(device: *mut c_void, memory: *mut c_void)

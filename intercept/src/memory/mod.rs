@@ -14,7 +14,7 @@ pub(crate) mod context;
 pub(crate) mod nvml;
 pub(crate) mod pool;
 pub(crate) mod query;
-mod real;
+pub(crate) mod real;
 pub(crate) mod registry;
 pub(crate) mod vmm;
 

@@ -1,17 +1,15 @@
 //! The real driver and NVML functions the handlers need besides the one they wrap: looked
 //! up once, in the real libraries (never our own exports), and kept.
 
-use crate::driver::{resolve, Lib};
 use std::ffi::{c_char, c_void};
-use std::sync::OnceLock;
 
 /// Declares `fn name() -> Option<type>`: the real symbol, resolved on first use.
 macro_rules! real_fns {
     ($($lib:ident $sym:literal fn $name:ident: $ty:ty;)*) => {$(
         pub(crate) fn $name() -> Option<$ty> {
-            static SLOT: OnceLock<Option<$ty>> = OnceLock::new();
+            static SLOT: ::std::sync::OnceLock<Option<$ty>> = ::std::sync::OnceLock::new();
             *SLOT.get_or_init(|| {
-                let p = resolve(Lib::$lib, $sym)?;
+                let p = $crate::driver::resolve($crate::driver::Lib::$lib, $sym)?;
                 // SAFETY: the symbol is the driver's function of this name, whose C
                 // signature `$ty` declares; a function pointer and a data pointer have the
                 // same size and representation on the platforms the driver runs on.
@@ -20,6 +18,7 @@ macro_rules! real_fns {
         }
     )*};
 }
+pub(crate) use real_fns;
 
 real_fns! {
     Cuda c"cuCtxGetCurrent" fn ctx_get_current: unsafe extern "C" fn(*mut *mut c_void) -> u32;

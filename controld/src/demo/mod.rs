@@ -1,0 +1,230 @@
+//! `controld demo`: three containers sharing one GPU, watched live, then summed up.
+//!
+//! On a machine without a GPU (or when asked) the GPU is simgpu's: a node of its own in a
+//! temporary directory, with one simulated A100-80GB. A daemon runs in this process on a
+//! temporary state dir; three containers are declared in its config — an online service, an
+//! offline trainer and a fixed-share job — and each runs `gpuload` processes the way
+//! `controld exec` runs a command. Every half second the view shows, per container, its
+//! policy, memory and share of GPU time; at the end a summary gives the averages, the peaks
+//! and the workloads' own reports. Everything it started is stopped and everything it made
+//! is removed, on Ctrl-C too.
+
+mod backend;
+mod measure;
+mod signals;
+mod view;
+mod workload;
+
+use backend::{Backend, Workdir};
+use measure::Meter;
+use std::io::{IsTerminal, Write};
+use std::time::{Duration, Instant};
+use workload::{Fleet, Kind, Setting, PLANS};
+
+/// How `controld demo` was asked to run.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// How long the workloads run.
+    pub seconds: u32,
+    /// Print only the start and the summary.
+    pub live: bool,
+    /// Use simgpu even where a GPU is present.
+    pub force_simgpu: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            seconds: DEFAULT_SECONDS,
+            live: true,
+            force_simgpu: false,
+        }
+    }
+}
+
+/// How long the demo runs unless told.
+pub const DEFAULT_SECONDS: u32 = 15;
+
+/// How often the live view is redrawn.
+const TICK: Duration = Duration::from_millis(500);
+/// How often a plain line is printed when the output is not a terminal.
+const LINE: Duration = Duration::from_secs(1);
+/// How long one process may take to start.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+/// How often the workloads are checked on.
+const POLL: Duration = Duration::from_millis(50);
+/// How long the workloads may overrun their own duration before they are stopped.
+const GRACE: Duration = Duration::from_secs(20);
+
+/// Why the demo could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum DemoError {
+    /// Programs it needs are not built.
+    #[error("{0}")]
+    Missing(String),
+    /// The temporary directory or the simulated node could not be made.
+    #[error("cannot prepare the demo: {0}")]
+    Setup(String),
+    /// The daemon did not start.
+    #[error("cannot start the demo's daemon: {0}")]
+    Daemon(#[from] crate::daemon::DaemonError),
+    /// A workload could not be started.
+    #[error("cannot start {what}: {source}")]
+    Spawn {
+        /// Which workload.
+        what: String,
+        /// The system's reason.
+        source: std::io::Error,
+    },
+}
+
+/// Runs the demo; returns the exit status (0, 1 when a workload failed, 128 + N when signal
+/// N stopped it).
+pub fn run(options: &Options) -> Result<i32, DemoError> {
+    let seconds = options.seconds.max(1);
+    // Blocked first, so that every thread started later inherits the mask and a signal
+    // reaches only the wait below; restored last, once everything is cleaned up.
+    let signals = signals::Signals::block().map_err(|e| DemoError::Setup(e.to_string()))?;
+    // The daemon's routine lines would only interrupt the view; warnings still show. Set
+    // while this process has no other thread, so nothing reads the environment meanwhile.
+    let user_log = std::env::var_os("TESSERA_LOG");
+    if user_log.is_none() {
+        std::env::set_var("TESSERA_LOG", "warn");
+    }
+    let backend = Backend::detect(options.force_simgpu);
+    let programs = backend::Programs::find(&backend)?;
+    let workdir = Workdir::create()?;
+    let gpu = backend.prepare(&workdir, &programs)?;
+    let daemon = crate::daemon::Daemon::start(&crate::daemon::Options {
+        config: Some(workdir.write_config()?),
+        state_dir: Some(workdir.state_dir()),
+    })?;
+
+    let mut out = std::io::stdout().lock();
+    let terminal = options.live && std::io::stdout().is_terminal();
+    let _ = write!(out, "{}", view::intro(&gpu.label, seconds));
+    let _ = out.flush();
+
+    let mut fleet = Fleet::new(user_log);
+    let mut meter = Meter::new(&gpu);
+    let setting = Setting {
+        gpu: &gpu,
+        programs: &programs,
+        workdir: &workdir,
+        seconds,
+    };
+    let launched = start(&mut fleet, &daemon, &signals, &setting);
+    let mut stopped_by = launched.as_ref().ok().copied().flatten();
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(u64::from(seconds)) + GRACE;
+    let mut next_view = started + if terminal { TICK } else { LINE };
+    let mut drawn = 0;
+    while launched.is_ok() && stopped_by.is_none() {
+        if let Some(sig) = signals.wait(POLL) {
+            stopped_by = Some(sig);
+            break;
+        }
+        fleet.poll();
+        meter.sample_gpu(&fleet, &gpu);
+        if fleet.workloads_done() || fleet.failed() || Instant::now() >= deadline {
+            break;
+        }
+        if Instant::now() < next_view {
+            continue;
+        }
+        meter.sample_status(&daemon.core().node_status(), &fleet);
+        let elapsed = started.elapsed();
+        if terminal {
+            next_view += TICK;
+            drawn = view::redraw(&mut out, drawn, &view::live(&meter, elapsed, seconds));
+        } else if options.live {
+            next_view += LINE;
+            let _ = writeln!(out, "{}", view::line(&meter, elapsed));
+        } else {
+            next_view += TICK;
+        }
+    }
+    meter.sample_status(&daemon.core().node_status(), &fleet);
+    meter.sample_gpu(&fleet, &gpu);
+    meter.finish();
+    fleet.stop_all();
+    let results = fleet.results();
+    let failures = fleet.failures();
+    drop(fleet);
+    daemon.stop();
+    if drawn > 0 || (options.live && !terminal) {
+        let _ = writeln!(out);
+    }
+    let _ = write!(out, "{}", view::summary(&meter, &results));
+    let _ = out.flush();
+    drop(out);
+    drop(gpu);
+    drop(workdir);
+    launched?;
+    if let Some(sig) = stopped_by {
+        eprintln!("controld: the demo was stopped by signal {sig}; everything it started is stopped and removed");
+        return Ok(128 + sig);
+    }
+    if let Some(first) = failures.first() {
+        eprintln!("controld: {first}");
+        return Ok(1);
+    }
+    Ok(0)
+}
+
+/// Starts the processes one at a time, each once the one before holds its memory: a
+/// context's memory is measured as the device's growth while it is made, so it must not
+/// overlap another process's allocations. The memory holders go first, then the workloads,
+/// so that these start together. Returns the signal that stopped it, if one did.
+fn start(
+    fleet: &mut Fleet,
+    daemon: &crate::daemon::Daemon,
+    signals: &signals::Signals,
+    setting: &Setting<'_>,
+) -> Result<Option<i32>, DemoError> {
+    for kind in [Kind::Holder, Kind::Work] {
+        for plan in &PLANS {
+            let region = daemon
+                .core()
+                .with_state(|s| s.info(plan.name))
+                .map(|info| info.region)
+                .ok_or_else(|| {
+                    DemoError::Setup(format!("the daemon has no container {}", plan.name))
+                })?;
+            let pid = fleet.launch(plan, kind, &region, setting)?;
+            let deadline = Instant::now() + START_TIMEOUT;
+            loop {
+                if let Some(sig) = signals.wait(POLL) {
+                    return Ok(Some(sig));
+                }
+                fleet.poll();
+                let ready = match kind {
+                    Kind::Holder => fleet.reported(pid),
+                    Kind::Work => daemon.core().with_state(|s| counted(s, plan.name, pid)),
+                };
+                if ready || fleet.exited(pid) {
+                    break;
+                }
+                if Instant::now() >= deadline {
+                    return Err(DemoError::Setup(format!(
+                        "gpuload of {} did not start in {} s; see whether `gpuload info` runs",
+                        plan.name,
+                        START_TIMEOUT.as_secs()
+                    )));
+                }
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// Whether process `pid` of container `name` has its memory (its context) counted.
+fn counted(state: &crate::state::State, name: &str, pid: u32) -> bool {
+    state
+        .node_status()
+        .containers
+        .iter()
+        .filter(|c| c.name == name)
+        .flat_map(|c| &c.processes)
+        .any(|p| p.pid == pid && p.memory.first().is_some_and(|&m| m > 0))
+}

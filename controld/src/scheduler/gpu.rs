@@ -1,0 +1,383 @@
+//! One GPU's scheduler, and the tick thread that runs every GPU's in turn.
+
+use super::rates::{self, Claim, Decision};
+use super::settle::{self, Settled, ShareWindow};
+use super::{Member, Shared, TICK};
+use crate::policy::Priority;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tessera_region::layout::{
+    ComputeAccount, COMPUTE_DAEMON, COMPUTE_LOCAL, COMPUTE_UNLIMITED, DEFAULT_WINDOW,
+    PRIORITY_OFFLINE, PRIORITY_ONLINE,
+};
+use tessera_region::{monotonic_ns, Region, MAX_DEVICES};
+
+/// Bins are settled once they are this old: by then every harvest that could add to them
+/// has (the library harvests at least every millisecond while it has work in flight).
+pub const SETTLE_AGE_MS: u64 = 100;
+/// A bucket holds at most this many ticks of its rate: no hoarding while idle.
+const BUCKET_TICKS: u64 = 2;
+/// A container that claims work but shows no progress for this long is checked for live
+/// processes.
+const STALE_NS: u64 = 1_000_000_000;
+/// How long the tick thread sleeps while no container is on any GPU (a roster change is
+/// seen at the next wake).
+const IDLE_SLEEP: Duration = Duration::from_millis(20);
+/// The most time one tick's refill covers: after a stall, the buckets' caps would clamp
+/// anything more anyway.
+const MAX_STEP_NS: u64 = 4 * TICK.as_nanos() as u64;
+
+/// Runs the tick loop until the scheduler stops, then hands the containers over to their
+/// processes ([`hand_over`]).
+pub(super) fn run(shared: &Shared) {
+    let tick_ns = TICK.as_nanos() as u64;
+    let mut generation = None;
+    let mut gpus: Vec<GpuScheduler> = Vec::new();
+    let mut next = monotonic_ns();
+    while !shared.stopping() {
+        if generation != Some(shared.roster.generation()) {
+            let (g, members) = shared.roster.snapshot();
+            generation = Some(g);
+            gpus = rebuild(std::mem::take(&mut gpus), &members);
+        }
+        let now = monotonic_ns();
+        for g in &mut gpus {
+            g.tick(now, &shared.block[g.gpu]);
+        }
+        if gpus.is_empty() {
+            std::thread::sleep(IDLE_SLEEP);
+            next = monotonic_ns();
+            continue;
+        }
+        next += tick_ns;
+        let now = monotonic_ns();
+        if next <= now {
+            // Late by a tick or more (a stall): start again from now.
+            next = now + tick_ns;
+        }
+        std::thread::sleep(Duration::from_nanos(next - now));
+    }
+    for g in &gpus {
+        g.hand_over_all();
+    }
+}
+
+/// The schedulers of the GPUs that have members, keeping what each knew of a member that is
+/// still there.
+fn rebuild(mut old: Vec<GpuScheduler>, members: &[Arc<Member>]) -> Vec<GpuScheduler> {
+    let mut gpus = Vec::new();
+    for gpu in 0..MAX_DEVICES {
+        let on: Vec<&Arc<Member>> = members
+            .iter()
+            .filter(|m| m.gpus.contains(&(gpu as u32)))
+            .collect();
+        if on.is_empty() {
+            continue;
+        }
+        let mut previous = old
+            .iter_mut()
+            .find(|g| g.gpu == gpu)
+            .map(|g| std::mem::take(&mut g.entries))
+            .unwrap_or_default();
+        let entries = on
+            .into_iter()
+            .map(
+                |m| match previous.iter().position(|e| Arc::ptr_eq(&e.member, m)) {
+                    Some(i) => previous.swap_remove(i),
+                    None => Entry::new(m.clone()),
+                },
+            )
+            .collect();
+        let last_tick_ns = old
+            .iter()
+            .find(|g| g.gpu == gpu)
+            .map_or(0, |g| g.last_tick_ns);
+        gpus.push(GpuScheduler {
+            gpu,
+            entries,
+            last_tick_ns,
+            settled: Settled::default(),
+        });
+    }
+    gpus
+}
+
+/// One GPU: the containers on it and what the scheduler keeps about each.
+pub(super) struct GpuScheduler {
+    pub(super) gpu: usize,
+    entries: Vec<Entry>,
+    last_tick_ns: u64,
+    /// Scratch for settling, kept to avoid allocating every tick.
+    settled: Settled,
+}
+
+/// One container on the GPU.
+struct Entry {
+    member: Arc<Member>,
+    /// Its settled busy time over the last second.
+    window: ShareWindow,
+    /// Bins settle from its second tick on: older ones predate this scheduler's view.
+    fresh: bool,
+    /// Its counters at the last change of any of them, and when that was.
+    progress: [u64; 3],
+    progress_ns: u64,
+    /// When its live processes were last counted (for staleness).
+    checked_ns: u64,
+}
+
+impl Entry {
+    fn new(member: Arc<Member>) -> Entry {
+        Entry {
+            member,
+            window: ShareWindow::default(),
+            fresh: true,
+            progress: [0; 3],
+            progress_ns: 0,
+            checked_ns: 0,
+        }
+    }
+
+    fn account(&self, gpu: usize) -> &ComputeAccount {
+        self.member.region.compute(gpu)
+    }
+
+    /// Tracks progress and decides staleness: work claimed, no launch, harvest or wait for
+    /// a second, and no live process.
+    fn observe(&mut self, gpu: usize, now: u64) {
+        let a = self.member.region.compute(gpu);
+        // Relaxed (all): counters with nothing published under them; a change of any is
+        // all that is looked for.
+        let progress = [
+            a.launches.load(Ordering::Relaxed),
+            a.measured_ns.load(Ordering::Relaxed),
+            a.throttled_ns.load(Ordering::Relaxed),
+        ];
+        let stale = &self.member.stale;
+        if progress != self.progress || self.progress_ns == 0 {
+            self.progress = progress;
+            self.progress_ns = now;
+            // Relaxed: see `Member::is_stale`.
+            stale.store(false, Ordering::Relaxed);
+        } else if !claims_work(a) {
+            // Relaxed: as above.
+            stale.store(false, Ordering::Relaxed);
+        } else if now - self.progress_ns >= STALE_NS && now - self.checked_ns >= STALE_NS {
+            self.checked_ns = now;
+            let dead = self.member.region.processes().is_empty();
+            // Relaxed: as above.
+            stale.store(dead, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Whether the account's words say the container has work: launches in flight, waiting,
+/// or `active` raised. Untrusted words: any non-zero value counts.
+fn claims_work(a: &ComputeAccount) -> bool {
+    // SeqCst (all): the preemption thread reads these right after a futex wake and must
+    // see the raise that woke it; the tick reads the same way so that both decide alike.
+    a.active.load(Ordering::SeqCst) != 0
+        || a.waiting.load(Ordering::SeqCst) != 0
+        || a.inflight.load(Ordering::SeqCst) != 0
+}
+
+/// Whether the member has work on `gpu` now (a stale member has none).
+pub(super) fn has_work(m: &Member, gpu: usize) -> bool {
+    !m.is_stale() && claims_work(m.region.compute(gpu))
+}
+
+/// Blocks an offline container: it launches nothing new until unblocked. Counts a
+/// preemption when it was not blocked. The caller holds the GPU's block lock.
+pub(super) fn block(a: &ComputeAccount) {
+    // SeqCst (both): the library loads `blocked` before every launch; sequential
+    // consistency keeps this store ordered with the active words the deciding thread just
+    // read. The load first keeps an unchanged word's cache line unwritten.
+    if a.blocked.load(Ordering::SeqCst) == 0 && a.blocked.swap(1, Ordering::SeqCst) == 0 {
+        // Relaxed: a counter for status.
+        a.preemptions.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Lifts a block, clears the library's record of when it saw one, and wakes the launches
+/// sleeping in the gate. The caller holds the GPU's block lock.
+pub(super) fn unblock(a: &ComputeAccount) {
+    // SeqCst (both): the refiller's "change the block, then wake" of the gate protocol
+    // (`ComputeAccount::wake_gate`). The load first: see `block`.
+    if a.blocked.load(Ordering::SeqCst) != 0 && a.blocked.swap(0, Ordering::SeqCst) != 0 {
+        // Relaxed: a timestamp for the scenario runner; cleared after the unblock so that
+        // the next block's first sighting records afresh.
+        a.blocked_seen_ns.store(0, Ordering::Relaxed);
+        a.wake_gate();
+    }
+}
+
+/// Stores `value` in `word` unless it holds it already (keeps the cache line the library
+/// reads at every launch from bouncing every tick).
+fn store_if_changed(word: &std::sync::atomic::AtomicU32, value: u32) {
+    // Relaxed (both): settings read afresh at every launch; nothing is published under
+    // them.
+    if word.load(Ordering::Relaxed) != value {
+        word.store(value, Ordering::Relaxed);
+    }
+}
+
+/// Sets a device's mode through the region (which keeps the header's summary bit in step
+/// and wakes the gate) when it or the summary bit differs.
+fn set_mode(region: &Region, gpu: usize, mode: u32) {
+    // Relaxed: see `store_if_changed`.
+    let current = region.compute(gpu).mode.load(Ordering::Relaxed);
+    let bit = region.compute_limited() & (1 << gpu) != 0;
+    if current != mode || bit != (mode != COMPUTE_UNLIMITED) {
+        region.set_compute_mode(gpu, mode);
+    }
+}
+
+/// Leaves a container's device to its own processes when the scheduler stops: a metered
+/// one goes to LOCAL mode at `share_ppm` (its processes refill the bucket themselves, so
+/// the last limits stay in force), and any block is lifted.
+pub(super) fn hand_over(region: &Region, gpu: usize, share_ppm: u32) {
+    let a = region.compute(gpu);
+    // Relaxed: see `store_if_changed`.
+    if a.mode.load(Ordering::Relaxed) == COMPUTE_DAEMON {
+        // Relaxed (both): read by the processes' next refill, which the mode change below
+        // (followed by a gate wake-up) starts.
+        a.local_share_ppm.store(share_ppm, Ordering::Relaxed);
+        a.last_refill_ns.store(monotonic_ns(), Ordering::Relaxed);
+        region.set_compute_mode(gpu, COMPUTE_LOCAL);
+    }
+    unblock(a);
+}
+
+impl GpuScheduler {
+    /// One tick: settle, decide, block, refill, wake.
+    fn tick(&mut self, now: u64, block_lock: &Mutex<()>) {
+        let tick_ns = TICK.as_nanos() as u64;
+        let step = match self.last_tick_ns {
+            0 => tick_ns,
+            last => now.saturating_sub(last).min(MAX_STEP_NS),
+        };
+        self.last_tick_ns = now;
+        let refunds = self.settle((now / settle::BIN_NS).saturating_sub(SETTLE_AGE_MS));
+        let gpu = self.gpu;
+        for e in &mut self.entries {
+            e.observe(gpu, now);
+        }
+
+        // Decide and apply priority under the GPU's block lock, from fresh reads, so that
+        // the preemption thread's decisions and the tick's never cross.
+        let decisions = {
+            let _guard = block_lock.lock().unwrap_or_else(|p| p.into_inner());
+            let claims: Vec<Claim> = self
+                .entries
+                .iter()
+                .map(|e| Claim {
+                    policy: e.member.policy,
+                    priority: e.member.priority,
+                    demanding: has_work(&e.member, gpu),
+                })
+                .collect();
+            let decisions = rates::decide(&claims);
+            for (e, d) in self.entries.iter().zip(&decisions) {
+                if d.blocked {
+                    block(e.account(gpu));
+                } else {
+                    unblock(e.account(gpu));
+                }
+            }
+            decisions
+        };
+
+        let policies: Vec<_> = self.entries.iter().map(|e| e.member.policy).collect();
+        let mode = if rates::metered(&policies) {
+            COMPUTE_DAEMON
+        } else {
+            COMPUTE_UNLIMITED
+        };
+        for ((e, d), refund) in self.entries.iter().zip(&decisions).zip(refunds) {
+            let a = e.account(gpu);
+            set_mode(&e.member.region, gpu, mode);
+            store_if_changed(
+                &a.priority,
+                match e.member.priority {
+                    Priority::Online => PRIORITY_ONLINE,
+                    Priority::Offline => PRIORITY_OFFLINE,
+                },
+            );
+            store_if_changed(&a.window, DEFAULT_WINDOW);
+            store_if_changed(&a.share_target_ppm, d.rate_ppm);
+            store_if_changed(&a.share_measured_ppm, e.window.share_ppm());
+            refill(a, d, step, refund, now);
+        }
+    }
+
+    /// Settles every container's bins of millisecond `up_to_ms` and older; returns each
+    /// container's refund in ns (in `entries`' order).
+    fn settle(&mut self, up_to_ms: u64) -> Vec<u64> {
+        let gpu = self.gpu;
+        let n = self.entries.len();
+        let mut refunds = vec![0u64; n];
+        let mut bins: Vec<(u64, usize, u64)> = Vec::new();
+        for (i, e) in self.entries.iter_mut().enumerate() {
+            let taken = e.member.region.compute(gpu).take_settled_bins(up_to_ms);
+            e.window.advance(up_to_ms);
+            if std::mem::take(&mut e.fresh) {
+                // Bins from before this scheduler knew the container: dropped.
+                continue;
+            }
+            bins.extend(taken.into_iter().map(|b| (b.ms, i, b.busy_ns)));
+        }
+        bins.sort_unstable();
+        let mut raw = vec![0u64; n];
+        for group in bins.chunk_by(|a, b| a.0 == b.0) {
+            raw.iter_mut().for_each(|r| *r = 0);
+            for &(_, i, ns) in group {
+                raw[i] = raw[i].saturating_add(ns);
+            }
+            settle::settle_bin(&raw, &mut self.settled);
+            let ms = group[0].0;
+            for (i, e) in self.entries.iter_mut().enumerate() {
+                if raw[i] > 0 {
+                    e.window.add(ms, self.settled.normalised[i]);
+                    refunds[i] = refunds[i].saturating_add(self.settled.refund[i]);
+                }
+            }
+        }
+        refunds
+    }
+
+    /// When the scheduler stops: every container keeps the share it would get if all of
+    /// them had work ([`hand_over`]).
+    fn hand_over_all(&self) {
+        let claims: Vec<Claim> = self
+            .entries
+            .iter()
+            .map(|e| Claim {
+                policy: e.member.policy,
+                priority: Priority::Online,
+                demanding: true,
+            })
+            .collect();
+        for (e, d) in self.entries.iter().zip(rates::decide(&claims)) {
+            hand_over(&e.member.region, self.gpu, d.share_ppm);
+        }
+    }
+}
+
+/// Refills a bucket for `step_ns` at the decided rate, plus the refund, clamped to
+/// [`BUCKET_TICKS`] ticks of the rate; wakes the gate when the bucket turns positive.
+fn refill(a: &ComputeAccount, d: &Decision, step_ns: u64, refund_ns: u64, now: u64) {
+    let ppm = u64::from(d.rate_ppm.min(rates::WHOLE_PPM));
+    let whole = u64::from(rates::WHOLE_PPM);
+    let add = (step_ns * ppm / whole).saturating_add(refund_ns);
+    let cap = BUCKET_TICKS * TICK.as_nanos() as u64 * ppm / whole;
+    let (old, new) = a.credit(
+        i64::try_from(add).unwrap_or(i64::MAX),
+        i64::try_from(cap).unwrap_or(i64::MAX),
+    );
+    // Relaxed: a timestamp for people and for a library that wants to see the daemon
+    // alive; nothing is published under it.
+    a.last_refill_ns.store(now, Ordering::Relaxed);
+    if old <= 0 && new > 0 {
+        a.wake_gate();
+    }
+}

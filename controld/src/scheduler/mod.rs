@@ -1,0 +1,212 @@
+//! The compute scheduler: each GPU's time shared among the containers on it (DESIGN §3).
+//!
+//! Two threads. The *tick* thread wakes every [`TICK`] and, for each GPU in turn (one
+//! `GpuScheduler` each), reads every container's compute account on it (untrusted:
+//! clamped), settles the busy bins old enough to be complete and normalises their overlap
+//! (refunding what a container was charged for others' time slices), computes each
+//! container's share from the policies and the demand ([`rates`]), applies priority,
+//! refills the token buckets and wakes throttled launches. The *preemption* thread sleeps
+//! on the `active` words of the online containers (`futex_waitv`) and blocks the
+//! offline containers of a GPU the moment online work starts there, without waiting for a
+//! tick (module `preempt`).
+//!
+//! Both learn the containers from a [`Roster`] that the daemon's state publishes on every
+//! change (add, remove, change, adoption, a replaced region).
+
+mod futex;
+mod gpu;
+mod preempt;
+pub mod rates;
+pub mod settle;
+
+use crate::policy::{ComputePolicy, Priority};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+use tessera_region::{Region, MAX_DEVICES};
+
+/// Time between two ticks: the scheduler's accounting period.
+pub const TICK: Duration = Duration::from_millis(5);
+
+/// One container as the scheduler sees it.
+#[derive(Debug)]
+pub struct Member {
+    /// Its name.
+    pub name: String,
+    /// Its region.
+    pub region: Arc<Region>,
+    /// The GPUs it may use.
+    pub gpus: Vec<u32>,
+    /// Its compute policy.
+    pub policy: ComputePolicy,
+    /// Its priority.
+    pub priority: Priority,
+    /// Set by the tick thread while the container's region claims work but it has made no
+    /// progress for a second and has no live process: a crashed process left its `active`
+    /// or `inflight` up. Such a container is treated as idle (it must not block offline
+    /// work forever).
+    stale: AtomicBool,
+}
+
+impl Member {
+    /// A member that is not stale.
+    pub fn new(
+        name: String,
+        region: Arc<Region>,
+        gpus: Vec<u32>,
+        policy: ComputePolicy,
+        priority: Priority,
+    ) -> Member {
+        Member {
+            name,
+            region,
+            gpus: gpus
+                .into_iter()
+                .filter(|&g| (g as usize) < MAX_DEVICES)
+                .collect(),
+            policy,
+            priority,
+            stale: AtomicBool::new(false),
+        }
+    }
+
+    fn same_as(&self, other: &Member) -> bool {
+        self.name == other.name
+            && Arc::ptr_eq(&self.region, &other.region)
+            && self.gpus == other.gpus
+            && self.policy == other.policy
+            && self.priority == other.priority
+    }
+
+    fn is_stale(&self) -> bool {
+        // Relaxed: a hint the tick thread refreshes every second; nothing is published
+        // under it.
+        self.stale.load(Ordering::Relaxed)
+    }
+}
+
+/// The containers the scheduler serves: published by the daemon's state on every change,
+/// read by the scheduler's threads when its generation moves.
+#[derive(Debug, Default)]
+pub struct Roster {
+    members: Mutex<Arc<Vec<Arc<Member>>>>,
+    generation: AtomicU64,
+    /// Futex word (private to this process) bumped and woken on every change and at stop,
+    /// so that the preemption thread re-arms at once.
+    rearm: AtomicU32,
+}
+
+impl Roster {
+    /// Replaces the members. A member unchanged from the previous set keeps its identity
+    /// (and what the scheduler learnt about it).
+    pub fn publish(&self, members: Vec<Member>) {
+        let mut current = self.members.lock().unwrap_or_else(|p| p.into_inner());
+        let next: Vec<Arc<Member>> = members
+            .into_iter()
+            .map(|m| {
+                current
+                    .iter()
+                    .find(|old| old.same_as(&m))
+                    .cloned()
+                    .unwrap_or_else(|| Arc::new(m))
+            })
+            .collect();
+        *current = Arc::new(next);
+        drop(current);
+        // Release: pairs with the Acquire load in `snapshot`'s callers' generation check;
+        // the members themselves are behind the mutex.
+        self.generation.fetch_add(1, Ordering::Release);
+        self.poke();
+    }
+
+    /// The members now and the generation they belong to.
+    pub fn snapshot(&self) -> (u64, Arc<Vec<Arc<Member>>>) {
+        let members = self.members.lock().unwrap_or_else(|p| p.into_inner());
+        // Acquire: pairs with the Release bump in `publish`; read under the lock, so the
+        // generation is never older than the members returned with it.
+        (self.generation.load(Ordering::Acquire), members.clone())
+    }
+
+    /// The generation now: a change of it means [`Roster::snapshot`] has news.
+    pub fn generation(&self) -> u64 {
+        // Acquire: see `snapshot`.
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// Wakes the preemption thread.
+    fn poke(&self) {
+        // SeqCst: the preemption thread loads `rearm` before it reads what it waits for;
+        // a bump after that load makes its futex wait return at once.
+        self.rearm.fetch_add(1, Ordering::SeqCst);
+        futex::wake_private(&self.rearm);
+    }
+}
+
+/// What the scheduler's threads share.
+struct Shared {
+    roster: Arc<Roster>,
+    stop: AtomicBool,
+    /// Per GPU: held while deciding and writing the offline containers' blocks, by the tick
+    /// and by the preemption thread, so that a stale decision of one never undoes a fresh
+    /// one of the other.
+    block: [Mutex<()>; MAX_DEVICES],
+}
+
+impl Shared {
+    fn stopping(&self) -> bool {
+        // Relaxed: a flag with no data behind it.
+        self.stop.load(Ordering::Relaxed)
+    }
+}
+
+/// The running scheduler.
+pub struct Scheduler {
+    shared: Arc<Shared>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl Scheduler {
+    /// Starts the tick and preemption threads over `roster`.
+    pub fn spawn(roster: Arc<Roster>) -> std::io::Result<Scheduler> {
+        let shared = Arc::new(Shared {
+            roster,
+            stop: AtomicBool::new(false),
+            block: Default::default(),
+        });
+        let mut threads = Vec::new();
+        let s = shared.clone();
+        threads.push(
+            std::thread::Builder::new()
+                .name("compute-tick".into())
+                .spawn(move || gpu::run(&s))?,
+        );
+        let s = shared.clone();
+        let preempt = std::thread::Builder::new()
+            .name("compute-preempt".into())
+            .spawn(move || preempt::run(&s));
+        match preempt {
+            Ok(t) => threads.push(t),
+            Err(e) => {
+                Scheduler { shared, threads }.stop();
+                return Err(e);
+            }
+        }
+        Ok(Scheduler { shared, threads })
+    }
+
+    /// Stops both threads. The containers keep their limits: every metered one is put in
+    /// LOCAL mode at the share it gets when every container on its GPU has work (its
+    /// processes refill their bucket themselves), and blocks are lifted, since no one
+    /// would lift them.
+    pub fn stop(self) {
+        // Relaxed: see `Shared::stopping`; the poke below and the tick's short sleep make
+        // the threads look at it.
+        self.shared.stop.store(true, Ordering::Relaxed);
+        self.shared.roster.poke();
+        // The tick thread hands the containers over as it ends.
+        for t in self.threads {
+            let _ = t.join();
+        }
+    }
+}

@@ -1,0 +1,200 @@
+//! The compute scheduler inside a running `controld`, driven by fake applications that gate
+//! their launches on their containers' compute accounts as `libtessera.so` does: the shares
+//! of DESIGN §3 come out of the buckets it refills, the modes it sets match the policies,
+//! and status shows target and measured shares.
+
+mod scheduler_support;
+
+use scheduler_support::*;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+use tessera_region::layout::{COMPUTE_DAEMON, COMPUTE_LOCAL, COMPUTE_UNLIMITED};
+
+const SETTLE: Duration = Duration::from_millis(700);
+const WINDOW: Duration = Duration::from_millis(2500);
+
+/// Runs one saturating fake app per container (all on one engine) and returns their
+/// shares, in the order given.
+fn run(what: &str, containers: &[(&str, &str, &str)]) -> (Daemon, Vec<f64>) {
+    let daemon = Daemon::start(what, &config(containers));
+    let engine: Engine = Default::default();
+    let apps: Vec<FakeApp> = containers
+        .iter()
+        .map(|(name, _, _)| FakeApp::start(daemon.region(name), engine.clone(), Load::default()))
+        .collect();
+    let shares = shares(&apps.iter().collect::<Vec<_>>(), SETTLE, WINDOW);
+    eprintln!(
+        "{what}: {}",
+        containers
+            .iter()
+            .zip(&shares)
+            .map(|((n, c, _), s)| format!("{n} ({c}) {:.1} %", s * 100.0))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    drop(apps);
+    (daemon, shares)
+}
+
+fn assert_near(what: &str, got: f64, want: f64, tolerance: f64) {
+    assert!(
+        (got - want).abs() <= tolerance,
+        "{what}: {:.1} % of the engine, expected {:.0} ± {:.0}",
+        got * 100.0,
+        want * 100.0,
+        tolerance * 100.0
+    );
+}
+
+#[test]
+fn fixed_30_alone_gets_30_percent_and_status_shows_it() {
+    let _serial = serial();
+    let daemon = Daemon::start("fixed30", &config(&[("solo", "fixed:30", "online")]));
+    let region = daemon.region("solo");
+    let app = FakeApp::start(region, Default::default(), Load::default());
+    let share = shares(&[&app], SETTLE, WINDOW)[0];
+    eprintln!("fixed:30 alone: {:.1} %", share * 100.0);
+    assert_near("fixed:30 alone", share, 0.30, 0.03);
+    let a = region.compute(0);
+    assert_eq!(a.mode.load(Ordering::Relaxed), COMPUTE_DAEMON);
+    assert_eq!(a.share_target_ppm.load(Ordering::Relaxed), 300_000);
+    let device = daemon.device("solo");
+    assert_eq!(device["share_target"].as_f64(), Some(0.3), "{device}");
+    let measured = device["share_measured"].as_f64().unwrap();
+    assert_near("measured share in status", measured, 0.30, 0.04);
+
+    // A stopped daemon leaves the limit in force: the processes refill the bucket
+    // themselves at the same share.
+    drop(daemon);
+    assert_eq!(a.mode.load(Ordering::Relaxed), COMPUTE_LOCAL);
+    assert_eq!(a.local_share_ppm.load(Ordering::Relaxed), 300_000);
+    drop(app);
+}
+
+#[test]
+fn fixed_20_beside_best_effort_splits_20_80() {
+    let _serial = serial();
+    let (_d, s) = run(
+        "fixed20-be",
+        &[
+            ("fixed", "fixed:20", "online"),
+            ("be", "best-effort", "online"),
+        ],
+    );
+    assert_near("fixed:20", s[0], 0.20, 0.03);
+    assert_near("best-effort", s[1], 0.80, 0.06);
+}
+
+#[test]
+fn fixed_burst_and_best_effort_split_20_55_25() {
+    let _serial = serial();
+    let (_d, s) = run(
+        "three",
+        &[
+            ("fixed", "fixed:20", "online"),
+            ("burst", "burst:30", "online"),
+            ("be", "best-effort", "online"),
+        ],
+    );
+    assert_near("fixed:20", s[0], 0.20, 0.03);
+    assert_near("burst:30", s[1], 0.55, 0.05);
+    assert_near("best-effort", s[2], 0.25, 0.05);
+}
+
+#[test]
+fn four_best_effort_get_a_quarter_each() {
+    let _serial = serial();
+    let names = ["be0", "be1", "be2", "be3"];
+    let containers: Vec<_> = names
+        .iter()
+        .map(|n| (*n, "best-effort", "online"))
+        .collect();
+    let (_d, s) = run("four", &containers);
+    for (n, share) in names.iter().zip(&s) {
+        assert_near(n, *share, 0.25, 0.04);
+    }
+}
+
+#[test]
+fn burst_alone_runs_unmetered_then_gives_way_to_fixed() {
+    let _serial = serial();
+    let daemon = Daemon::start("burst", &config(&[("burst", "burst:30", "online")]));
+    let burst = daemon.region("burst");
+    let engine: Engine = Default::default();
+    wait_until(Duration::from_secs(2), "the burst container's mode", || {
+        burst.compute(0).share_target_ppm.load(Ordering::Relaxed) == 1_000_000
+    });
+    // Alone, no policy can bind: the launch fast path.
+    assert_eq!(
+        burst.compute(0).mode.load(Ordering::Relaxed),
+        COMPUTE_UNLIMITED
+    );
+    assert_eq!(burst.compute_limited(), 0);
+    let app = FakeApp::start(burst, engine.clone(), Load::default());
+    let alone = shares(&[&app], Duration::from_millis(200), Duration::from_secs(1))[0];
+    eprintln!("burst:30 alone: {:.1} %", alone * 100.0);
+    assert!(alone >= 0.90, "burst:30 alone got {:.1} %", alone * 100.0);
+
+    // A fixed:50 container arrives: both are metered, 50 / 50.
+    let out = daemon.ctl(&[
+        "container",
+        "add",
+        "fixed",
+        "--gpu",
+        "0",
+        "--compute",
+        "fixed:50",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let fixed = daemon.region("fixed");
+    wait_until(Duration::from_secs(1), "burst metered", || {
+        burst.compute(0).mode.load(Ordering::Relaxed) == COMPUTE_DAEMON
+    });
+    let other = FakeApp::start(fixed, engine, Load::default());
+    let s = shares(&[&app, &other], SETTLE, WINDOW);
+    eprintln!(
+        "burst:30 beside fixed:50: {:.1} % / {:.1} %",
+        s[0] * 100.0,
+        s[1] * 100.0
+    );
+    assert_near("burst:30 beside fixed:50", s[0], 0.50, 0.05);
+    assert_near("fixed:50", s[1], 0.50, 0.03);
+    drop((app, other));
+}
+
+#[test]
+fn a_lone_best_effort_container_is_unmetered_and_a_second_one_meters_both() {
+    let _serial = serial();
+    let daemon = Daemon::start("modes", &config(&[("one", "best-effort", "online")]));
+    let one = daemon.region("one");
+    wait_until(Duration::from_secs(2), "the first tick", || {
+        one.compute(0).share_target_ppm.load(Ordering::Relaxed) == 1_000_000
+    });
+    assert_eq!(
+        one.compute(0).mode.load(Ordering::Relaxed),
+        COMPUTE_UNLIMITED
+    );
+    let out = daemon.ctl(&["container", "add", "two", "--gpu", "0"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    wait_until(Duration::from_secs(1), "metered once shared", || {
+        one.compute(0).mode.load(Ordering::Relaxed) == COMPUTE_DAEMON
+            && one.compute_limited() & 1 == 1
+    });
+    let out = daemon.ctl(&["container", "rm", "two"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    wait_until(Duration::from_secs(1), "unmetered once alone again", || {
+        one.compute(0).mode.load(Ordering::Relaxed) == COMPUTE_UNLIMITED
+    });
+}

@@ -1,0 +1,444 @@
+//! GPU time measured on the application's own streams with CUDA events.
+//!
+//! After each admitted launch an END event is recorded on the stream; when the stream was
+//! idle (everything measured on it before had completed), a START event is recorded before
+//! the kernel too. A completed END is harvested in stream order: its kernel's time is
+//! `elapsed(START, END)`, or `elapsed(previous END, END)` when the kernel queued behind the
+//! previous one. Harvests run at gated launches, in the gate's wait loop and after the
+//! application's synchronizations, never as a synchronization of their own.
+//!
+//! Where the time lands on the node clock (for the busy bins the daemon normalises with): a
+//! START is recorded on an idle stream, so it runs when it is recorded, and the host clock
+//! read just before is its time; the latest START of a stream is kept as its anchor, and an
+//! END is at `anchor + elapsed(anchor, END)`. Before a stream's first START completes (or
+//! if the driver cannot say), intervals end at the moment of the harvest.
+
+use super::real;
+use crate::container;
+use std::cell::UnsafeCell;
+use std::collections::{HashMap, VecDeque};
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use tessera_region::{monotonic_ns, Region, MAX_DEVICES};
+
+const SUCCESS: u32 = 0;
+/// `CUDA_ERROR_NOT_READY`.
+const NOT_READY: u32 = 600;
+/// `CU_STREAM_LEGACY`, a handle for the legacy default stream valid everywhere.
+pub(crate) const STREAM_LEGACY: usize = 1;
+/// `CU_STREAM_PER_THREAD`, the calling thread's per-thread default stream.
+pub(crate) const STREAM_PER_THREAD: usize = 2;
+/// Events kept for reuse per context, at most.
+const POOL_MAX: usize = 64;
+
+/// A CUDA event handle.
+type Event = usize;
+
+/// Which stream a launch went to: the legacy default stream of a context, a thread's
+/// per-thread default stream in a context, or a created stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum StreamKey {
+    Legacy { ctx: usize },
+    PerThread { ctx: usize, thread: usize },
+    Created(usize),
+}
+
+impl StreamKey {
+    /// The key of `stream` as given to a launch (`per_thread`: a `_ptsz` entry point).
+    pub(crate) fn of(stream: *mut c_void, per_thread: bool, ctx: usize) -> StreamKey {
+        match stream as usize {
+            0 if per_thread => StreamKey::PerThread {
+                ctx,
+                thread: thread_id(),
+            },
+            0 | STREAM_LEGACY => StreamKey::Legacy { ctx },
+            STREAM_PER_THREAD => StreamKey::PerThread {
+                ctx,
+                thread: thread_id(),
+            },
+            s => StreamKey::Created(s),
+        }
+    }
+
+    /// A handle that names the stream for the plain (not `_ptsz`) entry points.
+    pub(crate) fn handle(self) -> *mut c_void {
+        match self {
+            StreamKey::Legacy { .. } => STREAM_LEGACY as *mut c_void,
+            StreamKey::PerThread { .. } => STREAM_PER_THREAD as *mut c_void,
+            StreamKey::Created(s) => s as *mut c_void,
+        }
+    }
+}
+
+/// The calling thread, as a number unique among live threads.
+fn thread_id() -> usize {
+    // SAFETY: pthread_self has no preconditions.
+    unsafe { libc::pthread_self() as usize }
+}
+
+/// A START event and the node-clock time at which it was recorded (and so ran).
+type Start = (Event, u64);
+
+/// One admitted launch being measured.
+struct Mark {
+    /// Recorded before the kernel when the stream was idle.
+    start: Option<Start>,
+    end: Event,
+}
+
+/// What is measured on one stream.
+struct Track {
+    ctx: usize,
+    device: usize,
+    pending: VecDeque<Mark>,
+    /// The END of the last harvested launch, the start of the next one without a START.
+    prev_end: Option<Event>,
+    /// The latest harvested START: where the stream's intervals are put on the node clock.
+    anchor: Option<Start>,
+}
+
+/// What this process measures.
+#[derive(Default)]
+struct Book {
+    /// The fork generation it belongs to; a fork child starts afresh.
+    generation: u32,
+    tracks: HashMap<StreamKey, Track>,
+    /// Idle events per context.
+    pool: HashMap<usize, Vec<Event>>,
+}
+
+/// Marks pending in this process, all streams together: lets a synchronization skip the
+/// harvest with one load when nothing is measured.
+static PENDING: AtomicUsize = AtomicUsize::new(0);
+/// Launches this process has in flight per device (its part of the region's `inflight`).
+static MINE: [AtomicU32; MAX_DEVICES] = [const { AtomicU32::new(0) }; MAX_DEVICES];
+
+/// The book behind a spin flag rather than a mutex, so that a fork child can take it back
+/// with one store (a mutex held by a parent thread would stay locked in the child).
+struct SpinLocked {
+    held: AtomicBool,
+    book: UnsafeCell<Option<Book>>,
+}
+
+// SAFETY: the book is only reached through `lock`, which gives one thread at a time access.
+unsafe impl Sync for SpinLocked {}
+
+static BOOK: SpinLocked = SpinLocked {
+    held: AtomicBool::new(false),
+    book: UnsafeCell::new(None),
+};
+
+struct Guard(&'static SpinLocked);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        // Release: publishes this holder's changes to the book to the next holder's Acquire.
+        self.0.held.store(false, Ordering::Release);
+    }
+}
+
+impl Guard {
+    fn book(&mut self) -> &mut Book {
+        // SAFETY: the guard holds the flag, so no other thread reaches the book.
+        let slot = unsafe { &mut *self.0.book.get() };
+        let generation = container::current_generation();
+        let book = slot.get_or_insert_with(Book::default);
+        if book.generation != generation {
+            // A fork child: the parent's streams, events and contexts are not its own.
+            *book = Book {
+                generation,
+                ..Book::default()
+            };
+        }
+        book
+    }
+}
+
+fn lock() -> Guard {
+    loop {
+        // Acquire: pairs with the Release in `Guard::drop`.
+        if BOOK
+            .held
+            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+        {
+            return Guard(&BOOK);
+        }
+        std::thread::yield_now();
+    }
+}
+
+/// Whether this process has launches being measured.
+#[inline]
+pub(crate) fn anything_pending() -> bool {
+    // Relaxed: a hint; a harvest it skips happens at the next gated launch or sync.
+    PENDING.load(Ordering::Relaxed) != 0
+}
+
+/// This process's launches in flight on `device`.
+pub(crate) fn mine_in_flight(device: usize) -> u32 {
+    // Relaxed: a count of this process's own launches, read to decide whether to wait.
+    MINE.get(device).map_or(0, |m| m.load(Ordering::Relaxed))
+}
+
+/// Counts one admitted launch of this process on `device`.
+pub(crate) fn count_mine(device: usize) {
+    if let Some(m) = MINE.get(device) {
+        // Relaxed: see `mine_in_flight`.
+        m.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Takes one launch off this process's and the container's in-flight counts.
+pub(crate) fn uncount(region: &Region, device: usize) {
+    if let Some(m) = MINE.get(device) {
+        // Relaxed: see `mine_in_flight`; never below zero.
+        let _ = m.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+    }
+    let acct = region.compute(device);
+    // Relaxed: a count; the gate's wake-up below orders it for sleepers.
+    let _ = acct
+        .inflight
+        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+}
+
+/// An event of context `ctx` (current on this thread), from the pool or new.
+fn take_event(book: &mut Book, ctx: usize) -> Option<Event> {
+    if let Some(e) = book.pool.get_mut(&ctx).and_then(Vec::pop) {
+        return Some(e);
+    }
+    let create = real::event_create()?;
+    let mut e: *mut c_void = std::ptr::null_mut();
+    // SAFETY: writes one handle to our local; flags 0 keep timing on.
+    (unsafe { create(&mut e, 0) } == SUCCESS && !e.is_null()).then_some(e as usize)
+}
+
+fn give_event(book: &mut Book, ctx: usize, e: Event) {
+    let pool = book.pool.entry(ctx).or_default();
+    if pool.len() < POOL_MAX {
+        pool.push(e);
+    }
+    // Past the pool's size the event is left alive: destroying it here could race with a
+    // thread still synchronizing on it (see `oldest_end`). Rare, and bounded by launches.
+}
+
+fn record(e: Event, stream: *mut c_void) -> bool {
+    let Some(record) = real::event_record() else {
+        return false;
+    };
+    // SAFETY: an event of the current context and a stream handle the driver just accepted
+    // (or a special handle valid everywhere).
+    unsafe { record(e as *mut c_void, stream) == SUCCESS }
+}
+
+/// Before an admitted launch on `key`: records a START if the stream is idle. Returns the
+/// START to pass to [`after_launch`].
+pub(crate) fn before_launch(key: StreamKey, ctx: usize, device: usize) -> Option<Start> {
+    let mut guard = lock();
+    let book = guard.book();
+    let track = book.tracks.entry(key).or_insert_with(|| Track {
+        ctx,
+        device,
+        pending: VecDeque::new(),
+        prev_end: None,
+        anchor: None,
+    });
+    if track.ctx != ctx || track.device != device {
+        // The handle now names a stream of another context: start over on it.
+        track.ctx = ctx;
+        track.device = device;
+        track.prev_end = None;
+        track.anchor = None;
+    }
+    let busy = track
+        .pending
+        .back()
+        .is_some_and(|m| query_done(m.end) == Some(false));
+    if busy {
+        return None;
+    }
+    let e = take_event(book, ctx)?;
+    let at = monotonic_ns();
+    if record(e, key.handle()) {
+        Some((e, at))
+    } else {
+        give_event(book, ctx, e);
+        None
+    }
+}
+
+/// After the launch: records the END, or gives the START back if the launch failed or
+/// the END cannot be recorded. Returns whether the launch is being measured (if not, the
+/// caller takes it off the in-flight counts).
+pub(crate) fn after_launch(
+    key: StreamKey,
+    ctx: usize,
+    start: Option<Start>,
+    launched: bool,
+) -> bool {
+    let mut guard = lock();
+    let book = guard.book();
+    let end = if launched {
+        take_event(book, ctx).filter(|&e| {
+            let ok = record(e, key.handle());
+            if !ok {
+                give_event(book, ctx, e);
+            }
+            ok
+        })
+    } else {
+        None
+    };
+    let Some(end) = end else {
+        if let Some((s, _)) = start {
+            give_event(book, ctx, s);
+        }
+        return false;
+    };
+    let Some(track) = book.tracks.get_mut(&key) else {
+        return false;
+    };
+    track.pending.push_back(Mark { start, end });
+    // Relaxed: see `anything_pending`.
+    PENDING.fetch_add(1, Ordering::Relaxed);
+    true
+}
+
+/// Whether an event's work has completed: `Some(true)` done, `Some(false)` not yet,
+/// `None` if the driver no longer knows it (its context is gone).
+fn query_done(e: Event) -> Option<bool> {
+    let query = real::event_query()?;
+    // SAFETY: an event handle this library created; a destroyed one is an error code.
+    match unsafe { query(e as *mut c_void) } {
+        SUCCESS => Some(true),
+        NOT_READY => Some(false),
+        _ => None,
+    }
+}
+
+fn elapsed_ns(from: Event, to: Event) -> Option<u64> {
+    let elapsed = real::event_elapsed()?;
+    let mut ms = 0f32;
+    // SAFETY: writes one float to our local; both events are ours and complete.
+    let rc = unsafe { elapsed(&mut ms, from as *mut c_void, to as *mut c_void) };
+    (rc == SUCCESS && ms.is_finite() && ms >= 0.0).then(|| (f64::from(ms) * 1e6) as u64)
+}
+
+/// Harvests every completed END of this process: charges the container's bucket, busy bins
+/// and measured time on the device, and takes the launches off the in-flight counts. Wakes
+/// the device's gate when launches were taken off and someone waits. Returns how many
+/// launches completed.
+pub(crate) fn harvest(region: &Region) -> usize {
+    if !anything_pending() {
+        return 0;
+    }
+    let mut done = [0u32; MAX_DEVICES];
+    let mut total = 0;
+    {
+        let mut guard = lock();
+        let book = guard.book();
+        let now = monotonic_ns();
+        let Book { tracks, pool, .. } = book;
+        for track in tracks.values_mut() {
+            while let Some(mark) = track.pending.front() {
+                let state = query_done(mark.end);
+                if state == Some(false) {
+                    break;
+                }
+                let mark = track.pending.pop_front().expect("front exists");
+                // Relaxed: see `anything_pending`.
+                PENDING.fetch_sub(1, Ordering::Relaxed);
+                if let Some(d) = done.get_mut(track.device) {
+                    *d += 1;
+                }
+                total += 1;
+                let recycle = pool.entry(track.ctx).or_default();
+                let mut retire = |e: Event| {
+                    if recycle.len() < POOL_MAX {
+                        recycle.push(e);
+                    }
+                };
+                if state != Some(true) {
+                    // Its context is gone: nothing to measure, nothing to reuse.
+                    track.prev_end = None;
+                    track.anchor = None;
+                    continue;
+                }
+                let from = mark.start.map(|(s, _)| s).or(track.prev_end);
+                let ns = from.and_then(|f| elapsed_ns(f, mark.end)).unwrap_or(0);
+                if let Some(start) = mark.start {
+                    if let Some((old, _)) = track.anchor.replace(start) {
+                        retire(old);
+                    }
+                }
+                let end_at = track
+                    .anchor
+                    .and_then(|(a, at)| Some(at + elapsed_ns(a, mark.end)?))
+                    .map_or(now, |t| t.min(now));
+                if let Some(prev) = track.prev_end.replace(mark.end) {
+                    retire(prev);
+                }
+                if ns > 0 && track.device < MAX_DEVICES {
+                    let acct = region.compute(track.device);
+                    acct.charge(ns);
+                    acct.add_busy(end_at.saturating_sub(ns), end_at);
+                }
+            }
+        }
+    }
+    for (device, &n) in done.iter().enumerate() {
+        for _ in 0..n {
+            uncount(region, device);
+        }
+        if n > 0 {
+            settle_active(region, device);
+            region.compute(device).wake_gate();
+        }
+    }
+    total
+}
+
+/// Clears the device's `active` flag when the container has nothing in flight or waiting.
+pub(crate) fn settle_active(region: &Region, device: usize) {
+    let acct = region.compute(device);
+    // Relaxed (loads): momentary figures; a launch racing with the clear raises the flag
+    // again at its next launch, and the daemon also reads `inflight` and `waiting`.
+    if acct.inflight.load(Ordering::Relaxed) == 0 && acct.waiting.load(Ordering::Relaxed) == 0 {
+        // Relaxed: see above.
+        let _ = acct
+            .active
+            .compare_exchange(1, 0, Ordering::Relaxed, Ordering::Relaxed);
+    }
+}
+
+/// The oldest END this process is waiting for on `device`, to wait on when its window is
+/// full. The event may be recycled meanwhile; waiting on it then waits for a later launch
+/// of this process, which is also fine.
+pub(crate) fn oldest_end(device: usize) -> Option<Event> {
+    let mut guard = lock();
+    let book = guard.book();
+    book.tracks
+        .values()
+        .filter(|t| t.device == device)
+        .filter_map(|t| t.pending.front().map(|m| m.end))
+        .next()
+}
+
+/// Waits for an event with the real `cuEventSynchronize`.
+pub(crate) fn wait_event(e: Event) {
+    if let Some(sync) = real::event_synchronize() {
+        // SAFETY: an event handle this library created; a stale one returns an error.
+        unsafe { sync(e as *mut c_void) };
+    }
+}
+
+/// In a fork child: the parent's measurements are not the child's. Async-signal-safe:
+/// atomic stores only (the book itself is replaced at its next use, by generation).
+pub(crate) fn after_fork_in_child() {
+    // Relaxed throughout: the child has one thread until it returns from fork.
+    BOOK.held.store(false, Ordering::Relaxed);
+    PENDING.store(0, Ordering::Relaxed);
+    for m in &MINE {
+        m.store(0, Ordering::Relaxed);
+    }
+}

@@ -1,0 +1,412 @@
+//! A container's compute account on one device: the futex words its throttled launches sleep
+//! on, its GPU-time token bucket and its ring of 1 ms busy bins. The primitives only; the
+//! library decides when to launch and `controld` decides the rates.
+//!
+//! Sleeping without lost wake-ups: a launch that must wait first counts itself in
+//! `waiting`, then loads `gate`, then checks once more whether it may launch, and only then
+//! sleeps with [`ComputeAccount::wait_gate`] on the value it loaded. A refiller first
+//! changes the bucket (or the block), then calls [`ComputeAccount::wake_gate`], which bumps
+//! `gate` and wakes the sleepers if `waiting` is not 0. All four steps are `SeqCst`: either
+//! the refiller sees the waiter counted (and wakes it; the kernel returns at once from a
+//! wait whose word has moved), or the waiter's count comes later in the single total order,
+//! and so do its load of `gate` and its check, which then see the refill. Waits also time
+//! out (at most a millisecond in the library), so even a lost wake-up costs little.
+
+use crate::layout::{
+    ComputeAccount, BUSY_BINS, BUSY_NS_BITS, COMPUTE_LOCAL, COMPUTE_UNLIMITED, PPM_ALL,
+};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// Nanoseconds a bin's packed word can hold; more saturates.
+const BIN_NS_MAX: u64 = (1 << BUSY_NS_BITS) - 1;
+/// Nanoseconds per busy bin.
+const BIN_NS: u64 = 1_000_000;
+/// How often the processes of a [`COMPUTE_LOCAL`] container refill their bucket.
+pub const LOCAL_REFILL_NS: u64 = 1_000_000;
+/// The most a [`COMPUTE_LOCAL`] bucket holds: this long at its share (no hoarding while
+/// idle beyond a few milliseconds).
+pub const LOCAL_BURST_NS: u64 = 5_000_000;
+/// How old a busy bin is before a [`COMPUTE_LOCAL`] refill settles it.
+pub const LOCAL_SETTLE_MS: u64 = 50;
+/// The deepest debt a bucket is refilled from: a kernel longer than this is not charged in
+/// full (it is several seconds of GPU time, far past any refill period).
+pub const MAX_DEBT_NS: i64 = 5_000_000_000;
+
+/// The node clock, `CLOCK_MONOTONIC`, in nanoseconds: the clock of every time in a region.
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec to our local; CLOCK_MONOTONIC always exists.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    u64::try_from(ts.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(ts.tv_nsec).unwrap_or(0)
+}
+
+/// One settled 1 ms bin of a container's busy time on a device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BusyBin {
+    /// The millisecond of the node clock (`monotonic_ns() / 1_000_000`) it covers.
+    pub ms: u64,
+    /// Busy nanoseconds the container's event intervals put in it (raw: other containers'
+    /// time slices included; at most about 16.7 ms, saturating).
+    pub busy_ns: u64,
+}
+
+/// Why a futex wait returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Woken {
+    /// Woken, or the word had already moved from the value seen.
+    Woken,
+    /// The timeout passed.
+    TimedOut,
+}
+
+impl ComputeAccount {
+    /// Bumps `gate` and wakes every launch sleeping on it. Call it after refilling the
+    /// bucket so that it turns positive, after lifting a block, and after changing the mode
+    /// (see the module's comment for why no wake-up is lost).
+    pub fn wake_gate(&self) {
+        // SeqCst: the refiller's half of the protocol in the module's comment; it orders
+        // the caller's earlier change before the bump, and the bump before the load of
+        // `waiting`.
+        self.gate.fetch_add(1, Ordering::SeqCst);
+        // SeqCst: as above.
+        if self.waiting.load(Ordering::SeqCst) != 0 {
+            futex_wake(&self.gate);
+        }
+    }
+
+    /// Sleeps while `gate` still holds `seen`, at most `timeout_ns`. The caller counted
+    /// itself in `waiting` before it loaded `seen` (SeqCst) and uncounts itself afterwards.
+    pub fn wait_gate(&self, seen: u32, timeout_ns: u64) -> Woken {
+        futex_wait(&self.gate, seen, timeout_ns)
+    }
+
+    /// Wakes whoever sleeps on `active` (`controld`'s preemption thread); call it after
+    /// raising `active`.
+    pub fn wake_active(&self) {
+        futex_wake(&self.active);
+    }
+
+    /// Sleeps while `active` still holds `seen`, at most `timeout_ns`: a one-word fallback
+    /// for a daemon that cannot wait on several words at once.
+    pub fn wait_active(&self, seen: u32, timeout_ns: u64) -> Woken {
+        futex_wait(&self.active, seen, timeout_ns)
+    }
+
+    /// The launch window in force: `window`, or [`DEFAULT_WINDOW`](crate::layout::DEFAULT_WINDOW)
+    /// when it is 0.
+    pub fn window_or_default(&self) -> u32 {
+        // Relaxed: a limit read afresh at every launch; no data is published under it.
+        match self.window.load(Ordering::Relaxed) {
+            0 => crate::layout::DEFAULT_WINDOW,
+            w => w,
+        }
+    }
+
+    /// Charges `ns` of measured GPU time to the bucket (which may go into debt) and to
+    /// `measured_ns`.
+    pub fn charge(&self, ns: u64) {
+        let debit = i64::try_from(ns).unwrap_or(i64::MAX);
+        // Relaxed (both): counters with no data behind them; each read-modify-write is
+        // atomic on its own, which is all a token bucket needs.
+        self.bucket_ns.fetch_sub(debit, Ordering::Relaxed);
+        self.measured_ns.fetch_add(ns, Ordering::Relaxed);
+    }
+
+    /// Adds `ns` to the bucket (negative: takes it away), starting from no deeper debt than
+    /// [`MAX_DEBT_NS`] and keeping it at most `cap_ns`; a bucket already above the cap
+    /// is not lowered by a credit. Returns the bucket before and after. The caller wakes the gate
+    /// when the bucket turned positive.
+    pub fn credit(&self, ns: i64, cap_ns: i64) -> (i64, i64) {
+        let step = |b: i64| {
+            let to = b.max(-MAX_DEBT_NS).saturating_add(ns);
+            if ns >= 0 {
+                to.min(cap_ns.max(b))
+            } else {
+                to
+            }
+        };
+        // Relaxed (success and failure): see `charge`; the caller's `wake_gate` is what
+        // orders the refill before the waiters' checks.
+        let old = self
+            .bucket_ns
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| Some(step(b)))
+            .unwrap_or_else(|b| b);
+        (old, step(old))
+    }
+
+    /// In [`COMPUTE_LOCAL`] mode, refills the bucket at `local_share_ppm` for the time since
+    /// `last_refill_ns`, if that is at least [`LOCAL_REFILL_NS`]: whichever process of the
+    /// container moves `last_refill_ns` forward (one compare-and-swap) adds the credit, so
+    /// each nanosecond of time is credited once. Wakes the gate when the bucket turns
+    /// positive. Returns whether it refilled.
+    pub fn refill_local(&self, now_ns: u64) -> bool {
+        // Relaxed: mode and share are single words set before the first gated launch; a
+        // refill racing with a change uses either value.
+        if self.mode.load(Ordering::Relaxed) != COMPUTE_LOCAL {
+            return false;
+        }
+        // Relaxed: the compare-and-swap below is what makes the refill exclusive.
+        let last = self.last_refill_ns.load(Ordering::Relaxed);
+        let elapsed = now_ns.saturating_sub(last);
+        if elapsed < LOCAL_REFILL_NS {
+            return false;
+        }
+        // Relaxed (both): whoever wins the swap owns [last, now); the credit it then adds is
+        // a read-modify-write of its own.
+        if self
+            .last_refill_ns
+            .compare_exchange(last, now_ns, Ordering::Relaxed, Ordering::Relaxed)
+            .is_err()
+        {
+            return false;
+        }
+        // Relaxed: see above.
+        let ppm = u64::from(self.local_share_ppm.load(Ordering::Relaxed).min(PPM_ALL));
+        // A first refill (last = 0) is credited one burst; after a pause, the cap below
+        // keeps an idle container from hoarding.
+        let elapsed = if last == 0 { LOCAL_BURST_NS } else { elapsed };
+        let add = i64::try_from(elapsed * ppm / u64::from(PPM_ALL)).unwrap_or(i64::MAX);
+        // The cap keeps an idle container from hoarding; while launches are in flight their
+        // time is not charged yet, and capping then would throw away credit that the
+        // charge is about to take (long kernels would get less than their share).
+        // Relaxed: a momentary count; either answer is safe.
+        let cap = if self.inflight.load(Ordering::Relaxed) == 0 {
+            i64::try_from(LOCAL_BURST_NS * ppm / u64::from(PPM_ALL)).unwrap_or(i64::MAX)
+        } else {
+            i64::MAX
+        };
+        // Bins old enough are settled: where the container's processes overlapped on the
+        // device (their event intervals include each other's time slices), the excess over
+        // the bin's length was charged twice and is given back.
+        let mut refund = 0u64;
+        self.settle_bins((now_ns / BIN_NS).saturating_sub(LOCAL_SETTLE_MS), |bin| {
+            refund += bin.busy_ns.saturating_sub(BIN_NS);
+        });
+        let refund = i64::try_from(refund).unwrap_or(i64::MAX);
+        let (old, _) = self.credit(add, cap);
+        let (_, new) = if refund > 0 {
+            self.credit(refund, i64::MAX)
+        } else {
+            (old, self.bucket_ns.load(Ordering::Relaxed))
+        };
+        if old <= 0 && new > 0 {
+            self.wake_gate();
+        }
+        true
+    }
+
+    /// Whether this account's mode limits launches.
+    pub fn is_limited(&self) -> bool {
+        // Relaxed: a mode read afresh at every launch.
+        self.mode.load(Ordering::Relaxed) != COMPUTE_UNLIMITED
+    }
+
+    /// Adds the busy interval `[start_ns, end_ns)` of the node clock to the 1 ms bins it
+    /// covers, each getting its overlap. A bin whose slot of the ring holds a newer
+    /// millisecond (the interval is over [`BUSY_BINS`] ms old) is dropped; a slot holding an
+    /// older, unsettled millisecond is taken over (nobody settles this container's bins).
+    pub fn add_busy(&self, start_ns: u64, end_ns: u64) {
+        if end_ns <= start_ns {
+            return;
+        }
+        // Only the last BUSY_BINS ms of an interval can be held.
+        let start_ns = start_ns.max(end_ns.saturating_sub(BUSY_BINS as u64 * BIN_NS));
+        let mut ms = start_ns / BIN_NS;
+        while ms * BIN_NS < end_ns {
+            let lo = start_ns.max(ms * BIN_NS);
+            let hi = end_ns.min((ms + 1) * BIN_NS);
+            self.add_to_bin(ms, hi - lo);
+            ms += 1;
+        }
+    }
+
+    fn add_to_bin(&self, ms: u64, ns: u64) {
+        let slot = &self.busy_bins[(ms % BUSY_BINS as u64) as usize];
+        let tag = ms + 1;
+        // Relaxed (success and failure): each bin is one word that carries no other data;
+        // the compare-and-swap makes adders and the settler exclusive.
+        let _ = slot.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |cur| {
+            let held = cur >> BUSY_NS_BITS;
+            if held > tag {
+                None
+            } else if held == tag {
+                let total = ((cur & BIN_NS_MAX) + ns).min(BIN_NS_MAX);
+                Some(tag << BUSY_NS_BITS | total)
+            } else {
+                Some(tag << BUSY_NS_BITS | ns.min(BIN_NS_MAX))
+            }
+        });
+    }
+
+    /// Empties and returns every bin of millisecond `up_to_ms` or older (`controld` settles
+    /// bins old enough that no harvest will add to them any more, e.g. 100 ms), oldest
+    /// first. A bin of an already settled millisecond may show up again if a late harvest
+    /// added to it.
+    pub fn take_settled_bins(&self, up_to_ms: u64) -> Vec<BusyBin> {
+        let mut out = Vec::new();
+        self.settle_bins(up_to_ms, |bin| out.push(bin));
+        out.sort_by_key(|b| b.ms);
+        out
+    }
+
+    /// Empties every bin of millisecond `up_to_ms` or older, handing each to `take` (in
+    /// ring order, not time order).
+    pub fn settle_bins(&self, up_to_ms: u64, mut take: impl FnMut(BusyBin)) {
+        for slot in &self.busy_bins {
+            // Relaxed (all): see `add_to_bin`.
+            let mut cur = slot.load(Ordering::Relaxed);
+            loop {
+                let tag = cur >> BUSY_NS_BITS;
+                if tag == 0 || tag - 1 > up_to_ms {
+                    break;
+                }
+                match slot.compare_exchange(cur, 0, Ordering::Relaxed, Ordering::Relaxed) {
+                    Ok(_) => {
+                        take(BusyBin {
+                            ms: tag - 1,
+                            busy_ns: cur & BIN_NS_MAX,
+                        });
+                        break;
+                    }
+                    Err(now) => cur = now,
+                }
+            }
+        }
+    }
+}
+
+/// `FUTEX_WAIT` (shared: the word is in a file mapping seen by other processes) while
+/// `word` holds `seen`, at most `timeout_ns`.
+fn futex_wait(word: &AtomicU32, seen: u32, timeout_ns: u64) -> Woken {
+    let ts = libc::timespec {
+        tv_sec: libc::time_t::try_from(timeout_ns / 1_000_000_000).unwrap_or(libc::time_t::MAX),
+        tv_nsec: (timeout_ns % 1_000_000_000) as libc::c_long,
+    };
+    // SAFETY: `word` is a live, aligned 4-byte atomic; FUTEX_WAIT only reads it and
+    // sleeps; the timespec is a relative timeout on our stack.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT,
+            seen,
+            &ts as *const libc::timespec,
+        )
+    };
+    if rc == -1 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ETIMEDOUT) {
+        Woken::TimedOut
+    } else {
+        Woken::Woken
+    }
+}
+
+/// `FUTEX_WAKE` (shared) of every sleeper on `word`.
+fn futex_wake(word: &AtomicU32) {
+    // SAFETY: `word` is a live, aligned 4-byte atomic; FUTEX_WAKE does not touch memory.
+    unsafe {
+        libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, i32::MAX);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layout::COMPUTE_DAEMON;
+
+    fn account() -> Box<ComputeAccount> {
+        // SAFETY: all-zero bytes are a valid ComputeAccount (integers and atomics).
+        unsafe { Box::new(std::mem::zeroed()) }
+    }
+
+    #[test]
+    fn busy_intervals_are_spread_over_the_bins_they_cover() {
+        let a = account();
+        a.add_busy(10_400_000, 12_100_000);
+        a.add_busy(11_000_000, 11_500_000);
+        assert_eq!(
+            a.take_settled_bins(10),
+            vec![BusyBin {
+                ms: 10,
+                busy_ns: 600_000
+            }]
+        );
+        assert_eq!(
+            a.take_settled_bins(100),
+            vec![
+                BusyBin {
+                    ms: 11,
+                    busy_ns: 1_500_000
+                },
+                BusyBin {
+                    ms: 12,
+                    busy_ns: 100_000
+                },
+            ]
+        );
+        // Settled once: nothing comes back.
+        assert!(a.take_settled_bins(100).is_empty());
+    }
+
+    #[test]
+    fn bins_too_old_for_the_ring_are_dropped_and_stale_ones_replaced() {
+        let a = account();
+        a.add_busy(1_000_000, 1_500_000); // ms 1
+        a.add_busy(257_000_000, 257_200_000); // ms 257: the same slot, newer
+        a.add_busy(1_000_000, 1_100_000); // ms 1 again: older than the slot's, dropped
+        assert_eq!(
+            a.take_settled_bins(1000),
+            vec![BusyBin {
+                ms: 257,
+                busy_ns: 200_000
+            }]
+        );
+        // An interval longer than the ring keeps only its last BUSY_BINS ms.
+        a.add_busy(0, 1_000_000_000);
+        let bins = a.take_settled_bins(u64::MAX >> 30);
+        assert_eq!(bins.len(), BUSY_BINS);
+        assert_eq!(bins[0].ms, 1000 - BUSY_BINS as u64);
+        assert!(bins.iter().all(|b| b.busy_ns == BIN_NS));
+    }
+
+    #[test]
+    fn credits_are_clamped_and_debt_is_bounded() {
+        let a = account();
+        a.charge(3_000);
+        assert_eq!(a.bucket_ns.load(Ordering::Relaxed), -3_000);
+        assert_eq!(a.measured_ns.load(Ordering::Relaxed), 3_000);
+        assert_eq!(a.credit(10_000, 5_000), (-3_000, 5_000));
+        assert_eq!(a.credit(10_000, 5_000), (5_000, 5_000));
+        a.bucket_ns.store(-100 * MAX_DEBT_NS, Ordering::Relaxed);
+        assert_eq!(a.credit(1, 5_000).1, -MAX_DEBT_NS + 1);
+        assert_eq!(a.credit(-10, 5_000).1, -MAX_DEBT_NS - 9);
+    }
+
+    #[test]
+    fn local_refill_credits_each_nanosecond_once() {
+        let a = account();
+        a.mode.store(COMPUTE_LOCAL, Ordering::Relaxed);
+        a.local_share_ppm.store(300_000, Ordering::Relaxed);
+        a.last_refill_ns.store(1_000_000_000, Ordering::Relaxed);
+        assert!(!a.refill_local(1_000_500_000)); // under a millisecond
+        assert!(a.refill_local(1_002_000_000));
+        assert_eq!(a.bucket_ns.load(Ordering::Relaxed), 600_000);
+        assert!(!a.refill_local(1_002_000_000));
+        // Capped at the burst.
+        assert!(a.refill_local(2_000_000_000));
+        assert_eq!(a.bucket_ns.load(Ordering::Relaxed), 1_500_000);
+        a.mode.store(COMPUTE_DAEMON, Ordering::Relaxed);
+        assert!(!a.refill_local(3_000_000_000));
+    }
+
+    #[test]
+    fn a_gate_wait_times_out_or_returns_when_the_word_moved() {
+        let a = account();
+        let t = std::time::Instant::now();
+        assert_eq!(a.wait_gate(0, 2_000_000), Woken::TimedOut);
+        assert!(t.elapsed() >= std::time::Duration::from_millis(2));
+        assert_eq!(a.wait_gate(7, 1_000_000_000), Woken::Woken);
+    }
+}
