@@ -1,0 +1,251 @@
+//! Ground truth: the busy time simgpu's engine charged to each process, sampled from the
+//! node state on a thread of its own, and the CPU time of a process from `/proc`.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// One reading of the node: when (node clock), and per process ever seen its busy time on
+/// device 0 and whether it was alive. A process that has exited keeps its last figure (the
+/// node forgets it), so a container's busy time never goes backwards.
+#[derive(Debug, Clone)]
+pub struct Sample {
+    /// Node clock (`CLOCK_MONOTONIC`) ns.
+    pub t_ns: u64,
+    /// `(pid, busy ns, alive)`, by pid.
+    pub procs: Vec<(u32, u64, bool)>,
+}
+
+/// Readings in time order.
+#[derive(Debug, Clone, Default)]
+pub struct Trace {
+    /// The readings.
+    pub samples: Vec<Sample>,
+}
+
+impl Trace {
+    /// Busy ns of `pids` together at sample `i`.
+    pub fn busy(&self, i: usize, pids: &[u32]) -> u64 {
+        self.samples[i]
+            .procs
+            .iter()
+            .filter(|(p, _, _)| pids.contains(p))
+            .map(|&(_, b, _)| b)
+            .sum()
+    }
+
+    /// Whether `pid` was alive at sample `i`.
+    pub fn alive(&self, i: usize, pid: u32) -> bool {
+        self.samples[i]
+            .procs
+            .iter()
+            .any(|&(p, _, live)| p == pid && live)
+    }
+
+    /// The first sample taken at or after `t_ns` (the last one if none).
+    pub fn at(&self, t_ns: u64) -> usize {
+        self.samples
+            .partition_point(|s| s.t_ns < t_ns)
+            .min(self.samples.len().saturating_sub(1))
+    }
+
+    /// The share of device time `pids` got between samples `a` and `b` (0–1).
+    pub fn share(&self, pids: &[u32], a: usize, b: usize) -> f64 {
+        let (ta, tb) = (self.samples[a].t_ns, self.samples[b].t_ns);
+        if tb <= ta {
+            return 0.0;
+        }
+        self.busy(b, pids).saturating_sub(self.busy(a, pids)) as f64 / (tb - ta) as f64
+    }
+
+    /// Shares over consecutive windows of `window_ns` from `from_ns` while they fit in the
+    /// trace (each window runs between the samples nearest its ends).
+    pub fn windows(&self, pids: &[u32], from_ns: u64, window_ns: u64) -> Vec<f64> {
+        let Some(last) = self.samples.last() else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        let mut start = from_ns;
+        while start + window_ns <= last.t_ns {
+            out.push(self.share(pids, self.at(start), self.at(start + window_ns)));
+            start += window_ns;
+        }
+        out
+    }
+
+    /// When `pid` had first been charged busy time (the first sample showing any).
+    pub fn first_busy(&self, pid: u32) -> Option<u64> {
+        self.samples
+            .iter()
+            .find(|s| s.procs.iter().any(|&(p, b, _)| p == pid && b > 0))
+            .map(|s| s.t_ns)
+    }
+
+    /// The first sample where every one of `pids` had been charged busy time.
+    pub fn all_busy(&self, pids: &[u32]) -> Option<usize> {
+        self.samples.iter().position(|s| {
+            pids.iter()
+                .all(|pid| s.procs.iter().any(|&(p, b, _)| p == *pid && b > 0))
+        })
+    }
+
+    /// The last sample where `pid` was alive.
+    pub fn last_alive(&self, pid: u32) -> Option<usize> {
+        (0..self.samples.len()).rev().find(|&i| self.alive(i, pid))
+    }
+}
+
+/// Reads the node every `period` on a thread until stopped.
+pub struct Sampler {
+    stop: Arc<AtomicBool>,
+    handle: Option<JoinHandle<Result<Trace, String>>>,
+}
+
+impl Sampler {
+    /// Starts sampling the node at `state`.
+    pub fn start(state: &Path, period: Duration) -> Result<Sampler, String> {
+        let node = simgpu::node::Node::open_existing(state).map_err(|e| e.to_string())?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let handle = std::thread::Builder::new()
+            .name("busy-sampler".into())
+            .spawn(move || {
+                let mut trace = Trace::default();
+                let mut known: BTreeMap<u32, u64> = BTreeMap::new();
+                let period_ns = period.as_nanos() as u64;
+                let mut next = simgpu::clock::now_ns();
+                // Relaxed: the flag orders nothing; the join publishes the trace.
+                while !flag.load(Ordering::Relaxed) {
+                    let snap = node.snapshot();
+                    let mut live = Vec::with_capacity(snap.processes.len());
+                    for p in &snap.processes {
+                        let busy = p.devices.first().map_or(0, |d| d.busy_ns);
+                        let entry = known.entry(p.pid).or_insert(0);
+                        *entry = (*entry).max(busy);
+                        live.push(p.pid);
+                    }
+                    trace.samples.push(Sample {
+                        t_ns: snap.taken_ns,
+                        procs: known
+                            .iter()
+                            .map(|(&pid, &busy)| (pid, busy, live.contains(&pid)))
+                            .collect(),
+                    });
+                    next += period_ns;
+                    let now = simgpu::clock::now_ns();
+                    if next > now {
+                        simgpu::clock::sleep_until(next);
+                    } else {
+                        next = now;
+                    }
+                }
+                Ok(trace)
+            })
+            .map_err(|e| format!("cannot start the sampler: {e}"))?;
+        Ok(Sampler {
+            stop,
+            handle: Some(handle),
+        })
+    }
+
+    /// Stops and returns what it read.
+    pub fn stop(mut self) -> Result<Trace, String> {
+        self.finish()
+    }
+
+    fn finish(&mut self) -> Result<Trace, String> {
+        self.stop.store(true, Ordering::Relaxed);
+        match self.handle.take() {
+            Some(h) => h.join().map_err(|_| "the sampler panicked".to_string())?,
+            None => Err("the sampler was already stopped".into()),
+        }
+    }
+}
+
+impl Drop for Sampler {
+    fn drop(&mut self) {
+        if self.handle.is_some() {
+            let _ = self.finish();
+        }
+    }
+}
+
+/// CPU time (user + system, all threads, living and exited) a process has used, in ns,
+/// from `/proc/<pid>/stat`.
+pub fn cpu_ns(pid: u32) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name is in parentheses and may hold spaces: fields count from the last ')'.
+    let rest = &text[text.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // After the name: state is field 3, utime field 14, stime field 15 (man 5 proc).
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    let ticks = u64::try_from(ticks).ok().filter(|&t| t > 0)?;
+    Some((utime + stime) * 1_000_000_000 / ticks)
+}
+
+/// The nearest-rank percentile of unsorted values; 0 for none.
+pub fn percentile(values: &[f64], p: f64) -> f64 {
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    crate::gpuload::percentile(&v, p)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn trace() -> Trace {
+        // Two processes; 7 alone until t = 2 ms, then 7 and 8 alternate.
+        let ms = 1_000_000;
+        let s = |t: u64, a: u64, b: Option<u64>| Sample {
+            t_ns: t * ms,
+            procs: std::iter::once((7, a * ms / 2, true))
+                .chain(b.map(|b| (8, b * ms / 2, true)))
+                .collect(),
+        };
+        Trace {
+            samples: vec![
+                s(0, 0, None),
+                s(1, 2, None),
+                s(2, 4, Some(0)),
+                s(3, 5, Some(1)),
+                s(4, 6, Some(2)),
+            ],
+        }
+    }
+
+    #[test]
+    fn shares_from_busy_time() {
+        let t = trace();
+        assert_eq!(t.share(&[7], 0, 2), 1.0);
+        assert_eq!(t.share(&[7], 2, 4), 0.5);
+        assert_eq!(t.share(&[8], 2, 4), 0.5);
+        assert_eq!(t.share(&[7, 8], 2, 4), 1.0);
+        assert_eq!(t.windows(&[7], 0, 2_000_000), vec![1.0, 0.5]);
+        assert_eq!(t.first_busy(8), Some(3_000_000));
+        assert_eq!(t.all_busy(&[7, 8]), Some(3));
+        assert_eq!(t.at(2_500_000), 3);
+        assert_eq!(t.at(99_000_000), 4);
+        assert_eq!(t.last_alive(8), Some(4));
+    }
+
+    #[test]
+    fn cpu_time_of_this_process() {
+        let me = std::process::id();
+        let before = cpu_ns(me).expect("own stat");
+        let start = std::time::Instant::now();
+        let mut x = 0u64;
+        while start.elapsed() < Duration::from_millis(60) {
+            x = x.wrapping_add(std::hint::black_box(1));
+        }
+        std::hint::black_box(x);
+        assert!(cpu_ns(me).unwrap() > before);
+        assert_eq!(percentile(&[3.0, 1.0, 2.0], 0.5), 2.0);
+    }
+}

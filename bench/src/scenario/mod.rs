@@ -1,0 +1,379 @@
+//! The isolation scenarios: `gpuload` workloads in containers under `controld` on a
+//! simulated node, measured from ground truth — the busy time simgpu's engine charged to each
+//! process, `gpuload infer`'s latencies, the preemption stamps in the containers' regions and
+//! the daemon's CPU time — and each also run without Tessera (plain time-slicing, no preload,
+//! no daemon) as the baseline.
+//!
+//! Each scenario returns an [`Outcome`]: rows for the table (check, target, measured,
+//! baseline, pass) and named figures for tests, which judge them with their own tolerances.
+
+mod measure;
+mod overhead;
+mod priority;
+mod report;
+mod shares;
+mod testbed;
+
+pub use measure::{cpu_ns, percentile, Sample, Sampler, Trace};
+pub use report::{machine, render_table, today, update_results, RunInfo};
+pub use testbed::{Bins, Proc, Spec, Testbed, DEVICE};
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+/// How to run the scenarios.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The length of each scenario's main measuring phase in seconds; `None` for the
+    /// scenario's own (the figures the acceptance criteria name, like 10 s).
+    pub seconds: Option<f64>,
+    /// Also run without Tessera, for the baseline column.
+    pub baseline: bool,
+    /// Progress lines on stderr.
+    pub verbose: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            seconds: None,
+            baseline: true,
+            verbose: false,
+        }
+    }
+}
+
+impl Options {
+    /// The main phase: `seconds` if given, else `default`.
+    pub fn phase(&self, default: f64) -> Duration {
+        Duration::from_secs_f64(self.seconds.unwrap_or(default).max(0.5))
+    }
+
+    fn say(&self, what: &str) {
+        if self.verbose {
+            eprintln!("  {what}");
+        }
+    }
+}
+
+/// One line of a scenario's table.
+#[derive(Debug, Clone)]
+pub struct Row {
+    /// What is checked.
+    pub check: String,
+    /// The acceptance target.
+    pub target: String,
+    /// What was measured with Tessera.
+    pub measured: String,
+    /// The same without Tessera; empty when not run or not meaningful.
+    pub baseline: String,
+    /// Whether the target was met; `None` for a figure shown for information.
+    pub pass: Option<bool>,
+}
+
+/// What one scenario measured.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// The scenario's name.
+    pub name: &'static str,
+    /// Its rows.
+    pub rows: Vec<Row>,
+    /// Its figures by name (shares 0–1, times in ms), for tests.
+    pub figures: BTreeMap<String, f64>,
+    /// Remarks for people (what could not be measured, and why).
+    pub notes: Vec<String>,
+    /// How long the scenario took.
+    pub wall: Duration,
+}
+
+impl Outcome {
+    fn new(name: &'static str) -> Outcome {
+        Outcome {
+            name,
+            rows: Vec::new(),
+            figures: BTreeMap::new(),
+            notes: Vec::new(),
+            wall: Duration::ZERO,
+        }
+    }
+
+    fn row(
+        &mut self,
+        check: &str,
+        target: &str,
+        measured: String,
+        baseline: String,
+        pass: Option<bool>,
+    ) {
+        self.rows.push(Row {
+            check: check.to_string(),
+            target: target.to_string(),
+            measured,
+            baseline,
+            pass,
+        });
+    }
+
+    fn set(&mut self, name: &str, value: f64) {
+        self.figures.insert(name.to_string(), value);
+    }
+
+    /// A figure by name; panics naming the ones there are (for tests).
+    pub fn figure(&self, name: &str) -> f64 {
+        match self.figures.get(name) {
+            Some(v) => *v,
+            None => panic!(
+                "scenario {} has no figure {name}; it has {:?}",
+                self.name,
+                self.figures.keys().collect::<Vec<_>>()
+            ),
+        }
+    }
+
+    /// Whether every checked row passed.
+    pub fn passed(&self) -> bool {
+        self.rows.iter().all(|r| r.pass != Some(false))
+    }
+}
+
+/// A scenario of the runner.
+pub struct Scenario {
+    /// Its name on the command line.
+    pub name: &'static str,
+    /// The acceptance item it measures.
+    pub item: u32,
+    /// One line about it.
+    pub about: &'static str,
+    run: fn(&Bins, &Options) -> Result<Outcome, String>,
+}
+
+/// Every scenario, in acceptance order.
+pub const SCENARIOS: &[Scenario] = &[
+    Scenario {
+        name: "fixed-alone",
+        item: 1,
+        about: "fixed:30 alone and saturating: 30 ± 2 % in every 1 s window over 10 s",
+        run: shares::fixed_alone,
+    },
+    Scenario {
+        name: "mixed",
+        item: 2,
+        about: "fixed:20 + burst:30 + best-effort, all saturating: 20 / 55 / 25 ± 3 %",
+        run: shares::mixed,
+    },
+    Scenario {
+        name: "burst-join",
+        item: 3,
+        about: "burst:30 alone ≥ 95 %; a fixed:50 joins: burst down within 10 ms, fixed 50 ± 3 %",
+        run: shares::burst_join,
+    },
+    Scenario {
+        name: "best-effort",
+        item: 4,
+        about: "four best-effort containers: 25 ± 3 % each",
+        run: shares::best_effort,
+    },
+    Scenario {
+        name: "online-offline",
+        item: 5,
+        about: "online infer beside offline train: p99 ≤ 1.10 × solo, offline uses ≥ 80 % of the idle time; and 2 ms requests",
+        run: priority::online_offline,
+    },
+    Scenario {
+        name: "preemption",
+        item: 6,
+        about: "from an online launch to the offline container issuing nothing new: p99 ≤ 100 µs",
+        run: priority::preemption,
+    },
+    Scenario {
+        name: "long-kernels",
+        item: 7,
+        about: "50 ms kernels under fixed:30: long-run share 30 ± 3 %",
+        run: shares::long_kernels,
+    },
+    Scenario {
+        name: "overhead",
+        item: 8,
+        about: "one container, no limit binding, 20 µs kernels: throughput within 1 % of no preload",
+        run: overhead::unlimited_throughput,
+    },
+    Scenario {
+        name: "daemon-cpu",
+        item: 9,
+        about: "controld uses ≤ 5 % of one core with 8 busy containers",
+        run: overhead::daemon_cpu,
+    },
+];
+
+/// The scenario called `name`.
+pub fn find(name: &str) -> Option<&'static Scenario> {
+    SCENARIOS.iter().find(|s| s.name == name)
+}
+
+/// Runs one scenario.
+pub fn run(scenario: &Scenario, bins: &Bins, options: &Options) -> Result<Outcome, String> {
+    let start = Instant::now();
+    let mut outcome = (scenario.run)(bins, options)?;
+    outcome.wall = start.elapsed();
+    Ok(outcome)
+}
+
+/// Runs the scenario called `name`.
+pub fn run_named(name: &str, bins: &Bins, options: &Options) -> Result<Outcome, String> {
+    let scenario = find(name).ok_or_else(|| format!("no scenario {name}"))?;
+    run(scenario, bins, options)
+}
+
+/// A share as a percentage with one decimal.
+fn pct(share: f64) -> String {
+    format!("{:.1} %", share * 100.0)
+}
+
+/// Milliseconds with two decimals.
+fn ms(v: f64) -> String {
+    format!("{v:.2} ms")
+}
+
+/// Waits until every process of `procs` has been charged busy time on the node (each has
+/// started running kernels); fails if one exits first or `timeout` passes.
+fn wait_running(bed: &Testbed, procs: &mut [&mut Proc], timeout: Duration) -> Result<(), String> {
+    let start = Instant::now();
+    loop {
+        let snap = bed.node().snapshot();
+        let running = procs.iter().all(|p| {
+            snap.processes
+                .iter()
+                .any(|s| s.pid == p.pid() && s.devices.first().is_some_and(|d| d.busy_ns > 0))
+        });
+        if running {
+            return Ok(());
+        }
+        for p in procs.iter_mut() {
+            if !p.alive() {
+                return Err(format!("process {} ended before it ran a kernel", p.pid()));
+            }
+        }
+        if start.elapsed() > timeout {
+            return Err(format!(
+                "the workloads did not all run a kernel within {timeout:?}"
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Saturating `gpuload train` processes, one per container, measured together.
+struct TrainRun {
+    /// The busy-time readings.
+    trace: Trace,
+    /// Each container's pid.
+    pids: Vec<u32>,
+    /// The measuring phase on the node clock.
+    from_ns: u64,
+    to_ns: u64,
+    /// With Tessera: each container's target and measured share as `controld status`
+    /// showed them at the end of the phase (`None` where it showed none).
+    daemon_view: Vec<(Option<f64>, Option<f64>)>,
+}
+
+impl TrainRun {
+    /// Container `i`'s share over the whole measuring phase.
+    fn share(&self, i: usize) -> f64 {
+        let t = &self.trace;
+        t.share(&[self.pids[i]], t.at(self.from_ns), t.at(self.to_ns))
+    }
+
+    /// What the daemon said, as a note: `name target/measured` per container.
+    fn daemon_note(&self, specs: &[Spec]) -> Option<String> {
+        if self.daemon_view.is_empty() {
+            return None;
+        }
+        let show = |v: Option<f64>| v.map_or("—".to_string(), pct);
+        let parts: Vec<String> = specs
+            .iter()
+            .zip(&self.daemon_view)
+            .map(|(s, (t, m))| format!("{} {} / {}", s.name, show(*t), show(*m)))
+            .collect();
+        Some(format!(
+            "controld status at the end (target / measured): {}",
+            parts.join(", ")
+        ))
+    }
+
+    /// Container `i`'s shares over consecutive windows of the phase.
+    fn windows(&self, i: usize, window: Duration) -> Vec<f64> {
+        let w = window.as_nanos() as u64;
+        let mut v = self.trace.windows(&[self.pids[i]], self.from_ns, w);
+        v.truncate(((self.to_ns - self.from_ns) / w) as usize);
+        v
+    }
+}
+
+/// Runs `gpuload train --kernel-ms <kernel_ms>` in each of `specs`' containers, waits until
+/// all run, lets them settle for `warmup`, then measures for `phase` sampling every `period`.
+fn train_together(
+    bins: &Bins,
+    specs: &[Spec],
+    tessera: bool,
+    kernel_ms: f64,
+    warmup: Duration,
+    phase: Duration,
+    period: Duration,
+) -> Result<TrainRun, String> {
+    let bed = Testbed::new(bins, specs, tessera)?;
+    let seconds = format!("{}", (warmup + phase).as_secs_f64() + 15.0);
+    let kernel = format!("{kernel_ms}");
+    let mut procs = specs
+        .iter()
+        .map(|s| {
+            bed.gpuload(
+                s.name,
+                &["train", "--kernel-ms", &kernel, "--seconds", &seconds],
+            )
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let sampler = Sampler::start(bed.node_state(), period)?;
+    wait_running(
+        &bed,
+        &mut procs.iter_mut().collect::<Vec<_>>(),
+        Duration::from_secs(15),
+    )?;
+    std::thread::sleep(warmup);
+    let from_ns = simgpu::clock::now_ns();
+    std::thread::sleep(phase);
+    let to_ns = simgpu::clock::now_ns();
+    let daemon_view = if tessera {
+        let status = bed.status()?;
+        specs
+            .iter()
+            .map(|s| {
+                let dev = status["containers"]
+                    .as_array()
+                    .and_then(|cs| cs.iter().find(|c| c["name"] == s.name))
+                    .map(|c| c["devices"][0].clone())
+                    .unwrap_or_default();
+                (dev["share_target"].as_f64(), dev["share_measured"].as_f64())
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    // One more period, so a sample lies at or after the end.
+    std::thread::sleep(period * 2);
+    let trace = sampler.stop()?;
+    for p in &mut procs {
+        if !p.alive() {
+            return Err(format!(
+                "workload {} ended inside the measuring phase",
+                p.pid()
+            ));
+        }
+    }
+    Ok(TrainRun {
+        trace,
+        pids: procs.iter().map(Proc::pid).collect(),
+        from_ns,
+        to_ns,
+        daemon_view,
+    })
+}

@@ -1,0 +1,177 @@
+//! What Tessera costs (acceptance items 8 and 9): the throughput of a container no limit
+//! binds, against the same program without the preload, and the daemon's CPU time beside
+//! eight busy containers.
+
+use super::{cpu_ns, pct, wait_running, Bins, Options, Outcome, Proc, Spec, Testbed};
+use std::time::{Duration, Instant};
+
+/// The 20 µs kernel workload.
+const TRAIN: [&str; 3] = ["train", "--kernel-ms", "0.02"];
+
+fn kernels_per_s(report: &serde_json::Value) -> Result<f64, String> {
+    report["kernels_per_s"]
+        .as_f64()
+        .ok_or_else(|| format!("gpuload train reported no kernels_per_s: {report}"))
+}
+
+/// One round: the same `gpuload train` of 20 µs kernels at the same time on two nodes of
+/// their own, one in a container under controld (the only one, so its limit never binds)
+/// and one with no preload and no daemon. Running them side by side puts both under the
+/// same load of the machine, so their ratio is the library's cost, not the machine's drift.
+fn round(bins: &Bins, phase: Duration) -> Result<(f64, f64, u32), String> {
+    let tessera = Testbed::new(bins, &[Spec::online("solo", "best-effort")], true)?;
+    let plain = Testbed::new(bins, &[Spec::online("solo", "best-effort")], false)?;
+    let seconds = format!("{}", phase.as_secs_f64());
+    let mut args = TRAIN.to_vec();
+    args.extend(["--seconds", &seconds]);
+    let with = tessera.gpuload("solo", &args)?;
+    let without = plain.gpuload("solo", &args)?;
+    std::thread::sleep(phase / 2);
+    // Relaxed: a setting of the daemon's, read once for the report.
+    let mode = tessera
+        .region("solo")?
+        .compute(0)
+        .mode
+        .load(std::sync::atomic::Ordering::Relaxed);
+    let timeout = phase + Duration::from_secs(60);
+    let with = with.finish(timeout)?;
+    let without = without.finish(timeout)?;
+    Ok((kernels_per_s(&with)?, kernels_per_s(&without)?, mode))
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+/// Item 8: one container, no limit binding, 20 µs kernels, against no preload: the median
+/// over rounds of the ratio of the two throughputs, measured side by side (see [`round`]).
+pub(super) fn unlimited_throughput(bins: &Bins, o: &Options) -> Result<Outcome, String> {
+    let mut out = Outcome::new("overhead");
+    let phase = o.phase(4.0);
+    let rounds = if o.seconds.is_some_and(|s| s < 3.0) {
+        3
+    } else {
+        5
+    };
+    let (mut with, mut without, mut ratios, mut modes) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for r in 1..=rounds {
+        o.say(&format!(
+            "round {r}/{rounds}: with the preload and without, side by side"
+        ));
+        let (w, b, mode) = round(bins, phase)?;
+        modes.push(match mode {
+            tessera_region::layout::COMPUTE_UNLIMITED => "unlimited",
+            tessera_region::layout::COMPUTE_DAEMON => "daemon",
+            tessera_region::layout::COMPUTE_LOCAL => "local",
+            _ => "unknown",
+        });
+        with.push(w);
+        without.push(b);
+        ratios.push(w / b);
+    }
+    let runs = format!("with {with:.0?}, without {without:.0?}");
+    let ratio = median(&mut ratios);
+    let (w, b) = (median(&mut with), median(&mut without));
+    out.set("with_kernels_per_s", w);
+    out.set("without_kernels_per_s", b);
+    out.set("ratio", ratio);
+    out.row(
+        "20 µs kernels, kernels/s (median of side-by-side rounds)",
+        "≥ 99 % of no preload",
+        format!(
+            "{w:.0}/s; ratio {} (rounds {})",
+            pct(ratio),
+            ratios
+                .iter()
+                .map(|r| format!("{:.1}", r * 100.0))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        format!("{b:.0}/s"),
+        Some(ratio >= 0.99),
+    );
+    out.notes.push(format!("kernels/s per round: {runs}"));
+    modes.dedup();
+    out.notes.push(format!(
+        "the container's compute mode mid-run: {}",
+        modes.join(", ")
+    ));
+    Ok(out)
+}
+
+/// Item 9: `controld`'s CPU time beside eight busy containers.
+pub(super) fn daemon_cpu(bins: &Bins, o: &Options) -> Result<Outcome, String> {
+    let mut out = Outcome::new("daemon-cpu");
+    let specs = [
+        Spec::online("c1", "fixed:10"),
+        Spec::online("c2", "fixed:10"),
+        Spec::online("c3", "burst:10"),
+        Spec::online("c4", "burst:10"),
+        Spec::online("c5", "best-effort"),
+        Spec::online("c6", "best-effort"),
+        Spec::offline("c7", "best-effort"),
+        Spec::offline("c8", "best-effort"),
+    ];
+    let phase = o.phase(10.0);
+    o.say("eight busy containers under controld");
+    let bed = Testbed::new(bins, &specs, true)?;
+    let daemon = bed.daemon_pid().ok_or("no daemon")?;
+    let seconds = format!("{}", phase.as_secs_f64() + 20.0);
+    let mut procs = specs
+        .iter()
+        .map(|s| {
+            bed.gpuload(
+                s.name,
+                &["train", "--kernel-ms", "1", "--seconds", &seconds],
+            )
+        })
+        .collect::<Result<Vec<Proc>, _>>()?;
+    // Offline containers are blocked while online ones run, so only the online ones are
+    // sure to run kernels.
+    let mut online: Vec<&mut Proc> = procs.iter_mut().take(6).collect();
+    wait_running(&bed, &mut online, Duration::from_secs(20))?;
+    std::thread::sleep(Duration::from_secs(1));
+    let (cpu0, t0) = (
+        cpu_ns(daemon).ok_or("cannot read controld's CPU time")?,
+        Instant::now(),
+    );
+    std::thread::sleep(phase);
+    let (cpu1, wall) = (
+        cpu_ns(daemon).ok_or("cannot read controld's CPU time")?,
+        t0.elapsed(),
+    );
+    for p in &mut procs {
+        if !p.alive() {
+            return Err(format!(
+                "workload {} ended inside the measuring phase",
+                p.pid()
+            ));
+        }
+    }
+    let share = (cpu1 - cpu0) as f64 / wall.as_nanos() as f64;
+    out.set("cpu", share);
+    // Without Tessera there is no daemon: nothing to compare.
+    let base = if o.baseline {
+        "no daemon".to_string()
+    } else {
+        String::new()
+    };
+    out.row(
+        "controld CPU, 8 busy containers",
+        "≤ 5 % of one core",
+        format!(
+            "{} of one core over {:.1} s",
+            pct(share),
+            wall.as_secs_f64()
+        ),
+        base,
+        Some(share <= 0.05),
+    );
+    Ok(out)
+}

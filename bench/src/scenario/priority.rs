@@ -1,0 +1,462 @@
+//! Online work beside offline work (acceptance items 5 and 6): the online container's
+//! request latency from `gpuload infer`, the offline container's use of the time left idle
+//! from the node's busy time, and the preemption latency from the stamps the library writes
+//! into the regions.
+
+use super::{
+    measure::percentile, ms, pct, wait_running, Bins, Options, Outcome, Sampler, Spec, Testbed,
+};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+const SPECS: [Spec; 2] = [
+    Spec::online("online", "best-effort"),
+    Spec::offline("offline", "best-effort"),
+];
+
+/// The offline workload: saturating 1 ms kernels.
+const OFFLINE_KERNEL_MS: f64 = 1.0;
+
+/// One run of the online workload, alone or beside the offline one.
+struct InferRun {
+    p99_ms: f64,
+    p50_ms: f64,
+    /// Shares over the online run (0–1).
+    online: f64,
+    offline: f64,
+    /// The offline container's in-flight window (kernels), read from its region.
+    offline_window: Option<u32>,
+}
+
+impl InferRun {
+    /// The share of the time the online job left idle that the offline job used.
+    fn idle_used(&self) -> f64 {
+        self.offline / (1.0 - self.online).max(1e-9)
+    }
+}
+
+fn infer_run(
+    bins: &Bins,
+    tessera: bool,
+    with_offline: bool,
+    infer: &[&str],
+    phase: Duration,
+) -> Result<InferRun, String> {
+    let bed = Testbed::new(bins, &SPECS, tessera)?;
+    let sampler = Sampler::start(bed.node_state(), Duration::from_millis(20))?;
+    let long = format!("{}", phase.as_secs_f64() + 30.0);
+    let kernel = format!("{OFFLINE_KERNEL_MS}");
+    let mut offline = if with_offline {
+        let mut p = bed.gpuload(
+            "offline",
+            &["train", "--kernel-ms", &kernel, "--seconds", &long],
+        )?;
+        wait_running(&bed, &mut [&mut p], Duration::from_secs(15))?;
+        std::thread::sleep(Duration::from_millis(300));
+        Some(p)
+    } else {
+        None
+    };
+    let seconds = format!("{}", phase.as_secs_f64());
+    let mut args = vec!["infer", "--seconds", &seconds];
+    args.extend_from_slice(infer);
+    let online = bed.gpuload("online", &args)?;
+    let online_pid = online.pid();
+    let report = online.finish(phase + Duration::from_secs(60))?;
+    let offline_window = if tessera && with_offline {
+        bed.region("offline")
+            .ok()
+            .map(|r| r.compute(0).window_or_default())
+    } else {
+        None
+    };
+    let trace = sampler.stop()?;
+    if let Some(p) = offline.as_mut() {
+        if !p.alive() {
+            return Err("the offline workload ended early".into());
+        }
+    }
+    let from = trace
+        .first_busy(online_pid)
+        .map(|t| trace.at(t))
+        .ok_or("the online workload never ran")?;
+    let to = trace
+        .last_alive(online_pid)
+        .ok_or("the online workload was never seen")?;
+    let offline_share = offline
+        .as_ref()
+        .map_or(0.0, |p| trace.share(&[p.pid()], from, to));
+    let num = |k: &str| {
+        report[k]
+            .as_f64()
+            .ok_or_else(|| format!("gpuload infer reported no {k}: {report}"))
+    };
+    Ok(InferRun {
+        p99_ms: num("p99_ms")?,
+        p50_ms: num("p50_ms")?,
+        online: trace.share(&[online_pid], from, to),
+        offline: offline_share,
+        offline_window,
+    })
+}
+
+/// Item 5: online `gpuload infer` beside offline `gpuload train`.
+pub(super) fn online_offline(bins: &Bins, o: &Options) -> Result<Outcome, String> {
+    let mut out = Outcome::new("online-offline");
+    let phase = o.phase(10.0);
+
+    // Requests of ten 1 ms kernels at 20/s. "Alone" is the better of the online job alone
+    // under Tessera (its container configured as here, the offline one idle) and alone
+    // without Tessera, so that a cost Tessera adds to the job alone is not hidden.
+    let ten = ["--rate", "20", "--kernels", "10", "--kernel-ms", "1"];
+    o.say("online alone (10 × 1 ms requests), with Tessera, then without");
+    let solo = infer_run(bins, true, false, &ten, phase)?;
+    let plain_solo = infer_run(bins, false, false, &ten, phase)?;
+    let alone = solo.p99_ms.min(plain_solo.p99_ms);
+    o.say("online beside offline, with Tessera");
+    let pair = infer_run(bins, true, true, &ten, phase)?;
+    let base_pair = if o.baseline {
+        o.say("baseline: online beside offline, without Tessera");
+        Some(infer_run(bins, false, true, &ten, phase)?)
+    } else {
+        None
+    };
+    out.set("solo_p99_ms", solo.p99_ms);
+    out.set("plain_solo_p99_ms", plain_solo.p99_ms);
+    out.set("pair_p99_ms", pair.p99_ms);
+    out.set("pair_p50_ms", pair.p50_ms);
+    out.set("solo_p50_ms", solo.p50_ms);
+    out.set("plain_solo_p50_ms", plain_solo.p50_ms);
+    out.set("p99_ratio", pair.p99_ms / alone);
+    out.set("online_share", pair.online);
+    out.set("offline_share", pair.offline);
+    out.set("idle_used", pair.idle_used());
+    if let Some(b) = &base_pair {
+        out.set("baseline_pair_p99_ms", b.p99_ms);
+    }
+    out.row(
+        "online p99 alone (10 × 1 ms at 20/s)",
+        "reference: the better of the two",
+        ms(solo.p99_ms),
+        ms(plain_solo.p99_ms),
+        None,
+    );
+    out.row(
+        "online p99 beside offline",
+        "≤ 1.10 × alone",
+        format!("{} ({:.2} ×)", ms(pair.p99_ms), pair.p99_ms / alone),
+        base_pair
+            .as_ref()
+            .map(|b| format!("{} ({:.2} ×)", ms(b.p99_ms), b.p99_ms / alone))
+            .unwrap_or_default(),
+        Some(pair.p99_ms <= 1.10 * alone),
+    );
+    out.row(
+        "offline use of the time online leaves idle",
+        "≥ 80 %",
+        format!(
+            "{} (offline {}, online {})",
+            pct(pair.idle_used()),
+            pct(pair.offline),
+            pct(pair.online)
+        ),
+        base_pair
+            .as_ref()
+            .map(|b| pct(b.idle_used()))
+            .unwrap_or_default(),
+        Some(pair.idle_used() >= 0.80),
+    );
+
+    // Requests of one 2 ms kernel.
+    let one = ["--rate", "20", "--kernels", "1", "--kernel-ms", "2"];
+    o.say("online alone (one 2 ms kernel per request), with Tessera, then without");
+    let solo2 = infer_run(bins, true, false, &one, phase)?;
+    let plain_solo2 = infer_run(bins, false, false, &one, phase)?;
+    let alone2 = solo2.p99_ms.min(plain_solo2.p99_ms);
+    o.say("online beside offline, with Tessera");
+    let pair2 = infer_run(bins, true, true, &one, phase)?;
+    let base_pair2 = if o.baseline {
+        o.say("baseline: beside offline, without Tessera");
+        Some(infer_run(bins, false, true, &one, phase)?)
+    } else {
+        None
+    };
+    let window = pair2.offline_window.unwrap_or(0);
+    let bound = alone2 + f64::from(window) * OFFLINE_KERNEL_MS + 0.5;
+    out.set("solo2_p99_ms", solo2.p99_ms);
+    out.set("plain_solo2_p99_ms", plain_solo2.p99_ms);
+    out.set("pair2_p99_ms", pair2.p99_ms);
+    out.set("offline_window", f64::from(window));
+    out.set("pair2_bound_ms", bound);
+    out.row(
+        "one 2 ms kernel: online p99 alone",
+        "reference: the better of the two",
+        ms(solo2.p99_ms),
+        ms(plain_solo2.p99_ms),
+        None,
+    );
+    out.row(
+        "one 2 ms kernel: online p99 beside offline",
+        &format!(
+            "≤ alone {} + window {window} × {OFFLINE_KERNEL_MS} ms + 0.5 ms",
+            ms(alone2)
+        ),
+        ms(pair2.p99_ms),
+        base_pair2
+            .as_ref()
+            .map(|b| ms(b.p99_ms))
+            .unwrap_or_default(),
+        Some(pair2.offline_window.is_some() && pair2.p99_ms <= bound),
+    );
+    Ok(out)
+}
+
+/// Preemptions seen by [`watch_preemptions`].
+#[derive(Debug, Default)]
+struct Preemptions {
+    /// Per online activation: from the online library's raise of `active`
+    /// (`active_raised_ns`, stamped at the launch call) until the watcher saw the offline
+    /// container's `blocked` word set: an upper bound, as the watcher looks only once it is
+    /// woken, like the daemon, by the raise.
+    block_ns: Vec<u64>,
+    /// Per activation: until the offline library's first launch attempt that found the
+    /// block (`blocked_seen_ns`); it attempts only between its own kernels.
+    refused_ns: Vec<u64>,
+    /// Activations the watcher saw no block for within [`GIVE_UP_NS`].
+    unmatched: u64,
+    /// Offline launches admitted while the watcher saw it blocked (the library checks the
+    /// block before every launch, so this must stay 0).
+    admitted_while_blocked: u64,
+}
+
+/// How long after an online activation the watcher waits for the offline block.
+const GIVE_UP_NS: u64 = 20_000_000;
+
+/// Sleeps on the online container's `active` word (as `controld` does: its library wakes
+/// every sleeper on it) and, at each raise, spins (yielding the CPU between looks) until
+/// the offline container's `blocked` word is set, noting the time; then follows the episode
+/// to its end for the offline library's own stamp and any launch admitted while blocked.
+fn watch_preemptions(
+    online: tessera_region::Region,
+    offline: tessera_region::Region,
+    stop: Arc<AtomicBool>,
+) -> Preemptions {
+    use tessera_region::monotonic_ns;
+    let on = online.compute(0);
+    let off = offline.compute(0);
+    let mut seen = Preemptions::default();
+    // Relaxed (the flag): orders nothing; the join publishes the result.
+    while !stop.load(Ordering::Relaxed) {
+        // SeqCst: the library stamps `active_raised_ns`, then sets `active` with a SeqCst
+        // compare-and-swap; seeing the flag set makes the stamp visible.
+        if on.active.load(Ordering::SeqCst) == 0 {
+            on.wait_active(0, 50_000_000);
+            continue;
+        }
+        // Relaxed: made visible by the flag's load above.
+        let raised = on.active_raised_ns.load(Ordering::Relaxed);
+        if monotonic_ns().saturating_sub(raised) > 1_000_000 {
+            // An activation this watcher did not wake for (it was busy with the last one):
+            // skip to its end rather than measure it late.
+            wait_idle(on, &stop);
+            continue;
+        }
+        // Already blocked at the first look: the block came between the raise and this
+        // look (or before the raise); the look's time bounds it from above.
+        let mut blocked_at = None;
+        while blocked_at.is_none() {
+            let now = monotonic_ns();
+            // SeqCst: the daemon's block store is SeqCst.
+            if off.blocked.load(Ordering::SeqCst) != 0 {
+                blocked_at = Some(now);
+            } else if now - raised > GIVE_UP_NS {
+                break;
+            } else {
+                std::thread::yield_now();
+            }
+        }
+        let Some(blocked_at) = blocked_at else {
+            seen.unmatched += 1;
+            wait_idle(on, &stop);
+            continue;
+        };
+        seen.block_ns.push(blocked_at.saturating_sub(raised));
+        // Relaxed: a counter, compared with itself while the block holds.
+        let launches = off.launches.load(Ordering::Relaxed);
+        std::thread::sleep(Duration::from_micros(500));
+        let refused = off.blocked_seen_ns.load(Ordering::Relaxed);
+        if off.blocked.load(Ordering::SeqCst) != 0 {
+            seen.admitted_while_blocked += off
+                .launches
+                .load(Ordering::Relaxed)
+                .saturating_sub(launches);
+        }
+        wait_idle(on, &stop);
+        // Relaxed: a stamp, written once per block; read again at the episode's end in
+        // case the offline job had not tried to launch yet.
+        let refused = if refused != 0 {
+            refused
+        } else {
+            off.blocked_seen_ns.load(Ordering::Relaxed)
+        };
+        if refused != 0 {
+            seen.refused_ns.push(refused.saturating_sub(raised));
+        }
+    }
+    seen
+}
+
+/// Waits until the online container's `active` word drops (or the watch stops).
+fn wait_idle(on: &tessera_region::layout::ComputeAccount, stop: &AtomicBool) {
+    // SeqCst / Relaxed: as in `watch_preemptions`.
+    while on.active.load(Ordering::SeqCst) != 0 && !stop.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_micros(200));
+    }
+}
+
+/// What one preemption run saw.
+struct PreemptRun {
+    /// Online launch → offline blocked, in µs.
+    lat_us: Vec<f64>,
+    /// Online launch → the offline library's first refused attempt, in µs.
+    refused_us: Vec<f64>,
+    unmatched: u64,
+    admitted_while_blocked: u64,
+    requests: u64,
+    preemptions: u64,
+}
+
+impl PreemptRun {
+    fn blocked(&self) -> String {
+        let (p50, p99) = (
+            percentile(&self.lat_us, 0.50),
+            percentile(&self.lat_us, 0.99),
+        );
+        let max = self.lat_us.iter().copied().fold(0.0, f64::max);
+        format!(
+            "{p99:.0} µs (p50 {p50:.0}, max {max:.0}; {} activations of {} requests, {} unmatched, {} launches admitted while blocked)",
+            self.lat_us.len(),
+            self.requests,
+            self.unmatched,
+            self.admitted_while_blocked
+        )
+    }
+
+    fn refused(&self) -> String {
+        let (p50, p99) = (
+            percentile(&self.refused_us, 0.50),
+            percentile(&self.refused_us, 0.99),
+        );
+        format!(
+            "{p99:.0} µs (p50 {p50:.0}; {} stamps, {} blocks)",
+            self.refused_us.len(),
+            self.preemptions
+        )
+    }
+}
+
+/// Online `gpuload infer` (ten 1 ms kernels per request, 20/s) beside an offline
+/// `gpuload train` of `offline_kernel_ms` kernels, with the regions' stamps watched.
+fn preempt_run(bins: &Bins, offline_kernel_ms: f64, phase: Duration) -> Result<PreemptRun, String> {
+    let bed = Testbed::new(bins, &SPECS, true)?;
+    let long = format!("{}", phase.as_secs_f64() + 30.0);
+    let kernel = format!("{offline_kernel_ms}");
+    let mut offline = bed.gpuload(
+        "offline",
+        &["train", "--kernel-ms", &kernel, "--seconds", &long],
+    )?;
+    wait_running(&bed, &mut [&mut offline], Duration::from_secs(15))?;
+    std::thread::sleep(Duration::from_millis(300));
+    let stop = Arc::new(AtomicBool::new(false));
+    let watcher = {
+        let (on, off, stop) = (bed.region("online")?, bed.region("offline")?, stop.clone());
+        std::thread::Builder::new()
+            .name("preemption-watch".into())
+            .spawn(move || watch_preemptions(on, off, stop))
+            .map_err(|e| format!("cannot start the watcher: {e}"))?
+    };
+    let seconds = format!("{}", phase.as_secs_f64());
+    let online = bed.gpuload(
+        "online",
+        &[
+            "infer",
+            "--seconds",
+            &seconds,
+            "--rate",
+            "20",
+            "--kernels",
+            "10",
+            "--kernel-ms",
+            "1",
+        ],
+    )?;
+    let report = online.finish(phase + Duration::from_secs(60));
+    stop.store(true, Ordering::Relaxed);
+    let seen = watcher
+        .join()
+        .map_err(|_| "the preemption watcher panicked".to_string())?;
+    let report = report?;
+    if !offline.alive() {
+        return Err("the offline workload ended early".into());
+    }
+    // Relaxed: a statistic, read after the run.
+    let preemptions = bed
+        .region("offline")?
+        .compute(0)
+        .preemptions
+        .load(Ordering::Relaxed);
+    Ok(PreemptRun {
+        lat_us: seen.block_ns.iter().map(|&n| n as f64 / 1e3).collect(),
+        refused_us: seen.refused_ns.iter().map(|&n| n as f64 / 1e3).collect(),
+        unmatched: seen.unmatched,
+        admitted_while_blocked: seen.admitted_while_blocked,
+        requests: report["count"].as_u64().unwrap_or(0),
+        preemptions,
+    })
+}
+
+/// Item 6: preemption latency: from an online launch (the online library's stamp) until
+/// the offline container is blocked (seen by a watcher woken with the daemon), after which
+/// its library admits nothing (checked: launches admitted while blocked). The offline
+/// library's own stamp of its first refused attempt is shown too; it comes later, when the
+/// offline job next tries to launch, after the kernel it waits on.
+pub(super) fn preemption(bins: &Bins, o: &Options) -> Result<Outcome, String> {
+    let mut out = Outcome::new("preemption");
+    let phase = o.phase(10.0);
+    o.say("online infer beside offline train, with Tessera; the regions watched");
+    let run = preempt_run(bins, OFFLINE_KERNEL_MS, phase)?;
+    out.set("p50_us", percentile(&run.lat_us, 0.50));
+    out.set("p99_us", percentile(&run.lat_us, 0.99));
+    out.set("samples", run.lat_us.len() as f64);
+    out.set("unmatched", run.unmatched as f64);
+    out.set("admitted_while_blocked", run.admitted_while_blocked as f64);
+    out.set("refused_p99_us", percentile(&run.refused_us, 0.99));
+    let none = || {
+        if o.baseline {
+            "never (no preemption)".to_string()
+        } else {
+            String::new()
+        }
+    };
+    out.row(
+        "online launch → offline blocked (p99)",
+        "≤ 100 µs, nothing admitted after",
+        run.blocked(),
+        none(),
+        Some(
+            !run.lat_us.is_empty()
+                && percentile(&run.lat_us, 0.99) <= 100.0
+                && run.admitted_while_blocked == 0
+                && run.unmatched == 0,
+        ),
+    );
+    out.row(
+        "online launch → offline's first refused attempt (p99)",
+        "— (after the kernel it waits on)",
+        run.refused(),
+        none(),
+        None,
+    );
+    Ok(out)
+}

@@ -1,0 +1,496 @@
+//! A scenario's world: the built programs, a private simulated node, and (with Tessera) a
+//! `controld` on a state dir of its own whose config declares the scenario's containers.
+//! Workloads are `gpuload` processes started the way `controld exec` starts a command in a
+//! container (`LD_PRELOAD=libtessera.so`, `TESSERA_REGION=<the container's region>`), or
+//! plainly, with no preload and no daemon, for the baseline.
+
+use serde_json::Value;
+use std::ffi::OsStr;
+use std::io::Read;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+use tessera_region::Region;
+
+/// The simulated device every scenario runs on.
+pub const DEVICE: &str = "A100-80GB";
+
+/// The programs a scenario runs, all from one cargo profile directory.
+#[derive(Debug, Clone)]
+pub struct Bins {
+    /// The profile directory (`target/release`).
+    pub dir: PathBuf,
+    /// `controld`.
+    pub controld: PathBuf,
+    /// `gpuload`.
+    pub gpuload: PathBuf,
+    /// The `simgpu` CLI.
+    pub simgpu: PathBuf,
+    /// `libtessera.so`.
+    pub libtessera: PathBuf,
+    /// What `simgpu lib-dir` prints: the simulated `libcuda.so.1` and `libnvidia-ml.so.1`.
+    pub lib_dir: PathBuf,
+}
+
+impl Bins {
+    /// Finds the programs in `dir`. Builds nothing: a missing one is an error that names the
+    /// `cargo build` command which makes it.
+    pub fn find(dir: &Path) -> Result<Bins, String> {
+        let profile = match dir.file_name().and_then(OsStr::to_str) {
+            Some("debug") => String::new(),
+            Some("release") => " --release".to_string(),
+            Some(other) => format!(" --profile {other}"),
+            None => String::new(),
+        };
+        let build = format!(
+            "cargo build{profile} -p tessera-controld -p tessera-bench -p tessera-intercept -p simgpu -p simgpu-cuda -p simgpu-nvml"
+        );
+        let want = |name: &str| {
+            let path = dir.join(name);
+            if path.is_file() {
+                Ok(path)
+            } else {
+                Err(format!(
+                    "{} is missing; build it first: {build}",
+                    path.display()
+                ))
+            }
+        };
+        let controld = want("controld")?;
+        let gpuload = want("gpuload")?;
+        let simgpu = want("simgpu")?;
+        let libtessera = want("libtessera.so")?;
+        let out = Command::new(&simgpu)
+            .arg("lib-dir")
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("cannot run {} lib-dir: {e}", simgpu.display()))?;
+        if !out.status.success() {
+            return Err(format!(
+                "{} lib-dir failed: {}",
+                simgpu.display(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        let lib_dir = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+        if !lib_dir.join("libcuda.so.1").exists() {
+            return Err(format!(
+                "{} has no libcuda.so.1; build it first: {build}",
+                lib_dir.display()
+            ));
+        }
+        Ok(Bins {
+            dir: dir.to_path_buf(),
+            controld,
+            gpuload,
+            simgpu,
+            libtessera,
+            lib_dir,
+        })
+    }
+
+    /// The programs beside the running executable (`cargo run --release` puts the runner in
+    /// `target/release`).
+    pub fn beside_current_exe() -> Result<Bins, String> {
+        let exe = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
+        let dir = exe
+            .parent()
+            .ok_or_else(|| format!("{} has no directory", exe.display()))?;
+        Bins::find(dir)
+    }
+}
+
+/// A container as the config declares it.
+#[derive(Debug, Clone)]
+pub struct Spec {
+    /// Its name (and region file `<name>.region`).
+    pub name: &'static str,
+    /// `fixed:Q`, `burst:Q` or `best-effort`.
+    pub compute: &'static str,
+    /// `online` or `offline`.
+    pub priority: &'static str,
+}
+
+impl Spec {
+    /// An online container.
+    pub const fn online(name: &'static str, compute: &'static str) -> Spec {
+        Spec {
+            name,
+            compute,
+            priority: "online",
+        }
+    }
+
+    /// An offline container.
+    pub const fn offline(name: &'static str, compute: &'static str) -> Spec {
+        Spec {
+            name,
+            compute,
+            priority: "offline",
+        }
+    }
+}
+
+/// A fresh directory under the temp dir, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new() -> Result<TempDir, String> {
+        static SEQ: AtomicU64 = AtomicU64::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "tessera-scenario-{}-{}",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        Ok(TempDir(dir))
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A child process, killed (SIGKILL) and reaped when dropped; its stdout and stderr are
+/// collected on helper threads so that it never blocks on a full pipe.
+pub struct Proc {
+    child: Option<Child>,
+    what: String,
+    stdout: Option<JoinHandle<Vec<u8>>>,
+    stderr: Option<JoinHandle<Vec<u8>>>,
+}
+
+fn drain<R: Read + Send + 'static>(pipe: Option<R>) -> Option<JoinHandle<Vec<u8>>> {
+    let mut pipe = pipe?;
+    Some(std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        let _ = pipe.read_to_end(&mut buf);
+        buf
+    }))
+}
+
+impl Proc {
+    /// Starts `cmd` with stdout and stderr captured. The child is killed if this thread
+    /// ends first (`PR_SET_PDEATHSIG`), so an interrupted run leaves nothing behind.
+    pub fn spawn(cmd: &mut Command, what: &str) -> Result<Proc, String> {
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        // SAFETY: the closure runs in the forked child before exec and calls only prctl,
+        // which is async-signal-safe; it touches no memory of the parent.
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| format!("cannot start {what}: {e}"))?;
+        let stdout = drain(child.stdout.take());
+        let stderr = drain(child.stderr.take());
+        Ok(Proc {
+            child: Some(child),
+            what: what.to_string(),
+            stdout,
+            stderr,
+        })
+    }
+
+    /// Its pid.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, Child::id)
+    }
+
+    /// Whether it still runs.
+    pub fn alive(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+    }
+
+    /// Sends a signal (no-op once reaped).
+    pub fn signal(&self, sig: i32) {
+        if let Some(c) = &self.child {
+            // SAFETY: kill on our own child, not yet reaped, so its pid is still ours.
+            unsafe { libc::kill(c.id() as libc::pid_t, sig) };
+        }
+    }
+
+    /// Waits up to `timeout` for it to exit by itself (killing it past that) and returns
+    /// the JSON report on the last line of its stdout.
+    pub fn finish(mut self, timeout: Duration) -> Result<Value, String> {
+        let mut child = self.child.take().ok_or("already finished")?;
+        let what = self.what.clone();
+        let deadline = Instant::now() + timeout;
+        let status = loop {
+            match child.try_wait() {
+                Ok(Some(status)) => break status,
+                Ok(None) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(5))
+                }
+                _ => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return Err(format!(
+                        "{what} ran past {timeout:?} and was killed; stderr:\n{}",
+                        self.stderr_text()
+                    ));
+                }
+            }
+        };
+        let out = self
+            .stdout
+            .take()
+            .and_then(|h| h.join().ok())
+            .unwrap_or_default();
+        let text = String::from_utf8_lossy(&out);
+        if !status.success() {
+            return Err(format!(
+                "{what} failed ({status}); stderr:\n{}",
+                self.stderr_text()
+            ));
+        }
+        let line = text
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("");
+        serde_json::from_str(line).map_err(|e| {
+            format!(
+                "{what} printed no JSON report ({e}); stdout:\n{text}\nstderr:\n{}",
+                self.stderr_text()
+            )
+        })
+    }
+
+    fn stderr_text(&mut self) -> String {
+        let err = self
+            .stderr
+            .take()
+            .and_then(|h| h.join().ok())
+            .unwrap_or_default();
+        String::from_utf8_lossy(&err).into_owned()
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// One scenario run: a node, and with Tessera a daemon managing the containers.
+pub struct Testbed {
+    bins: Bins,
+    dir: TempDir,
+    node_state: PathBuf,
+    node: simgpu::node::Node,
+    specs: Vec<Spec>,
+    daemon: Option<Proc>,
+}
+
+impl Testbed {
+    /// A fresh node with one [`DEVICE`]; with `tessera`, a `controld run` whose config
+    /// declares `specs`, started and answering.
+    pub fn new(bins: &Bins, specs: &[Spec], tessera: bool) -> Result<Testbed, String> {
+        let dir = TempDir::new()?;
+        let node_state = dir.0.join("simgpu.state");
+        let devices = simgpu::device::parse_devices(DEVICE).map_err(|e| e.to_string())?;
+        let node = simgpu::node::Node::open_or_create(
+            &node_state,
+            &devices,
+            &simgpu::config::NodeConfig::default(),
+        )
+        .map_err(|e| e.to_string())?;
+        let mut bed = Testbed {
+            bins: bins.clone(),
+            dir,
+            node_state,
+            node,
+            specs: specs.to_vec(),
+            daemon: None,
+        };
+        if tessera {
+            bed.start_daemon()?;
+        }
+        Ok(bed)
+    }
+
+    /// Whether a daemon manages the containers (the Tessera side of a scenario).
+    pub fn tessera(&self) -> bool {
+        self.daemon.is_some()
+    }
+
+    fn state_dir(&self) -> PathBuf {
+        self.dir.0.join("state")
+    }
+
+    /// A container's region file.
+    pub fn region_path(&self, name: &str) -> PathBuf {
+        self.state_dir().join(format!("{name}.region"))
+    }
+
+    /// A container's region, mapped (Tessera side only).
+    pub fn region(&self, name: &str) -> Result<Region, String> {
+        let path = self.region_path(name);
+        Region::open(&path).map_err(|e| format!("cannot open {}: {e}", path.display()))
+    }
+
+    /// The node's state file (`SIMGPU_STATE`).
+    pub fn node_state(&self) -> &Path {
+        &self.node_state
+    }
+
+    /// The node, for ground truth.
+    pub fn node(&self) -> &simgpu::node::Node {
+        &self.node
+    }
+
+    /// The daemon's pid.
+    pub fn daemon_pid(&self) -> Option<u32> {
+        self.daemon.as_ref().map(Proc::pid)
+    }
+
+    /// A command on this node: simgpu's libraries on the library path, this node's state,
+    /// and nothing of `SIMGPU_*`, `TESSERA_*` or `LD_PRELOAD` inherited.
+    fn command(&self, program: &Path) -> Command {
+        let mut cmd = Command::new(program);
+        for (key, _) in std::env::vars_os() {
+            let k = key.to_string_lossy();
+            if k.starts_with("SIMGPU_") || k.starts_with("TESSERA_") {
+                cmd.env_remove(&key);
+            }
+        }
+        cmd.env_remove("LD_PRELOAD");
+        let mut path = self.bins.lib_dir.as_os_str().to_owned();
+        if let Some(old) = std::env::var_os("LD_LIBRARY_PATH").filter(|v| !v.is_empty()) {
+            path.push(":");
+            path.push(old);
+        }
+        cmd.env("LD_LIBRARY_PATH", path)
+            .env("SIMGPU_STATE", &self.node_state)
+            .env("SIMGPU_DEVICES", DEVICE);
+        cmd
+    }
+
+    fn config_text(&self) -> String {
+        let mut text = String::new();
+        for s in &self.specs {
+            text += &format!(
+                "[[container]]\nname = \"{}\"\ngpus = [0]\ncompute = \"{}\"\npriority = \"{}\"\n\n",
+                s.name, s.compute, s.priority
+            );
+        }
+        text
+    }
+
+    fn ctl(&self, args: &[&str]) -> Result<std::process::Output, String> {
+        let mut cmd = self.command(&self.bins.controld);
+        cmd.args(args)
+            .arg("--state-dir")
+            .arg(self.state_dir())
+            .stdin(Stdio::null());
+        cmd.output()
+            .map_err(|e| format!("cannot run controld {args:?}: {e}"))
+    }
+
+    /// `controld status --json`.
+    pub fn status(&self) -> Result<Value, String> {
+        let out = self.ctl(&["status", "--json"])?;
+        if !out.status.success() {
+            return Err(format!(
+                "controld status failed: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        serde_json::from_slice(&out.stdout).map_err(|e| format!("controld status JSON: {e}"))
+    }
+
+    fn start_daemon(&mut self) -> Result<(), String> {
+        let config = self.dir.0.join("controld.toml");
+        std::fs::write(&config, self.config_text())
+            .map_err(|e| format!("cannot write {}: {e}", config.display()))?;
+        let mut cmd = self.command(&self.bins.controld);
+        cmd.arg("run")
+            .arg("--state-dir")
+            .arg(self.state_dir())
+            .arg("--config")
+            .arg(&config)
+            .env("TESSERA_LOG", "warn");
+        let mut daemon = Proc::spawn(&mut cmd, "controld run")?;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let socket = self.state_dir().join("control.sock");
+        loop {
+            if !daemon.alive() {
+                return Err(format!(
+                    "controld run exited at start: {}",
+                    daemon.stderr_text()
+                ));
+            }
+            if socket.exists() && self.status().is_ok() {
+                break;
+            }
+            if Instant::now() > deadline {
+                return Err("controld did not answer within 20 s".into());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        for s in &self.specs {
+            if !self.region_path(s.name).exists() {
+                return Err(format!("controld made no region for container {}", s.name));
+            }
+        }
+        self.daemon = Some(daemon);
+        Ok(())
+    }
+
+    /// Starts `gpuload <args>` in container `name`: with Tessera, preloaded with the
+    /// container's region, as `controld exec` does; without, plainly on the node.
+    pub fn gpuload(&self, name: &str, args: &[&str]) -> Result<Proc, String> {
+        self.run_in(name, &self.bins.gpuload, args)
+    }
+
+    /// Starts `program <args>` in container `name` (see [`Testbed::gpuload`]).
+    pub fn run_in(&self, name: &str, program: &Path, args: &[&str]) -> Result<Proc, String> {
+        let mut cmd = self.command(program);
+        cmd.args(args);
+        if self.tessera() {
+            if !self.specs.iter().any(|s| s.name == name) {
+                return Err(format!("no container {name} in this scenario"));
+            }
+            cmd.env("LD_PRELOAD", &self.bins.libtessera)
+                .env("TESSERA_REGION", self.region_path(name));
+        }
+        let what = format!(
+            "gpuload {} in {name}{}",
+            args.first().copied().unwrap_or(""),
+            if self.tessera() { "" } else { " (baseline)" }
+        );
+        Proc::spawn(&mut cmd, &what)
+    }
+}
+
+impl Drop for Testbed {
+    fn drop(&mut self) {
+        if let Some(mut daemon) = self.daemon.take() {
+            daemon.signal(libc::SIGTERM);
+            let deadline = Instant::now() + Duration::from_secs(3);
+            while daemon.alive() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+    }
+}
