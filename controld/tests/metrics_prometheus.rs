@@ -1,4 +1,4 @@
-//! Acceptance 8: the metrics endpoint serves text that a Prometheus parser written by others
+//! The metrics endpoint serves text that a Prometheus parser written by others
 //! accepts. The server runs on loopback with a fixed status; the text is fetched over TCP and
 //! parsed by the Python client library's parser (`prometheus_client.parser`), and every
 //! family, type, label and value is checked against the status.

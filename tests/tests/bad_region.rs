@@ -1,4 +1,4 @@
-//! Acceptance 7: a corrupt, truncated or foreign region file is a clear message on stderr,
+//! A corrupt, truncated or foreign region file is a clear message on stderr,
 //! never a crash or a hang; the process falls back to the caps of its environment, and the
 //! file is left as it was. For every client kind: the process that meets the bad file is a
 //! program of that kind filling its cap (`capfill`).

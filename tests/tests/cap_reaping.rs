@@ -1,4 +1,4 @@
-//! Acceptance 3: a process of a container holding 512 MiB is killed with SIGKILL (no exit
+//! A process of a container holding 512 MiB is killed with SIGKILL (no exit
 //! handler runs); the container can allocate that memory again within a second. For every
 //! client kind: the holders are programs of that kind.
 

@@ -1,4 +1,4 @@
-//! Acceptance 2: 8 processes × 8 threads allocate and free random sizes for 10 s in one
+//! 8 processes × 8 threads allocate and free random sizes for 10 s in one
 //! container. The driver's ground truth, sampled all along, never shows the container above
 //! its cap, and at the end everything is back to zero — in the driver and in the region.
 

@@ -22,7 +22,7 @@ const GIB: u64 = 1 << 30;
 const MIB: u64 = 1 << 20;
 /// Each context's device memory on the test nodes.
 const CONTEXT: u64 = 64 * MIB;
-/// The spin kernel's time in the first acceptance test.
+/// The spin kernel's time in the runtime's first test.
 const SPIN_NS: u64 = 200_000_000;
 
 /// One build of NVIDIA's runtime.
@@ -140,7 +140,7 @@ fn ptx() -> String {
     kernels_ptx().display().to_string()
 }
 
-/// Acceptance 1: with nothing preloaded, the runtime initializes on simgpu, counts the
+/// With nothing preloaded, the runtime initializes on simgpu, counts the
 /// device, allocates, copies, reports memory, allocates stream-ordered, and runs the kernels
 /// of a registered fat binary (through `cudaLaunchKernel` and `cudaLaunchKernel_ptsz`, and
 /// again after `cudaDeviceReset`); the spin kernel's time shows in `simgpu stat`.
@@ -204,7 +204,7 @@ fn capped(node: &SimNode) -> Container<'_> {
     Container::new(node, Some("1GiB")).env("TESSERA_DEBUG_COUNTERS", "1")
 }
 
-/// Acceptance 2: under `libtessera.so` with a 1 GiB cap, `cudaMalloc` succeeds up to
+/// Under `libtessera.so` with a 1 GiB cap, `cudaMalloc` succeeds up to
 /// exactly the cap (with the context's memory) and then fails with
 /// `cudaErrorMemoryAllocation`; `cudaMemGetInfo` reports the cap; the kernels still run.
 fn capped_by_libtessera(runtime: Runtime) {
@@ -267,7 +267,7 @@ fn cudart_11_8_is_capped_by_libtessera() {
     capped_by_libtessera(Runtime::Shared11);
 }
 
-/// Acceptance 3: the runtime's per-thread-default-stream launch reaches libtessera's
+/// The runtime's per-thread-default-stream launch reaches libtessera's
 /// `cuLaunchKernel_ptsz` wrapper, and the legacy launches its `cuLaunchKernel` one (two
 /// fills and a spin).
 fn ptsz_launch_is_intercepted(runtime: Runtime) {
@@ -323,7 +323,7 @@ fn hooks() -> (BTreeSet<String>, BTreeSet<String>) {
     (after("cuda fn "), after("["))
 }
 
-/// Acceptance 4: every request the runtime makes through `cuGetProcAddress_v2` (as simgpu
+/// Every request the runtime makes through `cuGetProcAddress_v2` (as simgpu
 /// records them), made again the way the runtime makes it, comes back as libtessera's
 /// wrapper of the same revision and variant where libtessera hooks that symbol, and as the
 /// driver's own function otherwise.

@@ -1,4 +1,4 @@
-//! Acceptance 6: after `fork` the child has its own process slot and the parent's accounting
+//! After `fork` the child has its own process slot and the parent's accounting
 //! is unchanged — whether the child forks before CUDA is initialized (and then uses the GPU)
 //! or after (and may not), and also when the parent dies while the child lives on.
 

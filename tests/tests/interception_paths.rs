@@ -1,4 +1,4 @@
-//! Acceptance 5 and the resolution paths: with `libtessera.so` preloaded, programs behave as
+//! The resolution paths: with `libtessera.so` preloaded, programs behave as
 //! on the bare driver through every way of reaching it; unhooked calls work; hooked calls
 //! reach the library (its debug counters say so) whether bound by the linker, `dlsym` or
 //! `cuGetProcAddress[_v2]` — which hands out the right variant's wrapper, per ABI version

@@ -45,7 +45,7 @@ fn probe(container: &Container<'_>, device: usize) -> (Value, std::process::Outp
     (serde_json::from_str(line).expect("probe JSON"), out)
 }
 
-/// Acceptance 1 for one client kind, with the cap at 1 GiB.
+/// The exact cap for one client kind, with the cap at 1 GiB.
 fn cap_is_exact(kind: ClientKind) {
     let node = node();
     let container = Container::new(&node, Some("1GiB"));

@@ -1,4 +1,4 @@
-//! Acceptance 4: virtual memory management (`cuMemCreate` in granules, mapped and used) and
+//! Virtual memory management (`cuMemCreate` in granules, mapped and used) and
 //! stream-ordered allocations (`cuMemAllocAsync` / `cuMemFreeAsync`) count against the cap
 //! and give their memory back.
 
