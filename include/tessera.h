@@ -118,7 +118,8 @@ struct tessera_compute_account {
     uint64_t launches;         /* atomic (l): launches admitted through the gate */
     uint64_t active_raised_ns; /* atomic (l): when an online container last raised active */
     uint64_t blocked_seen_ns;  /* atomic (l; d clears): first launch that found it blocked */
-    uint8_t reserved2[56];     /* zero */
+    uint64_t blocked_at_ns;    /* atomic (d): when controld last set blocked */
+    uint8_t reserved2[48];     /* zero */
     uint64_t busy_bins[TESSERA_BUSY_BINS]; /* atomic (l adds, d empties): packed 1 ms bins */
 };
 

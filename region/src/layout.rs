@@ -176,8 +176,11 @@ pub struct ComputeAccount {
     /// When a launch first found the container blocked after the last unblock; 0 once
     /// `controld` lifts the block. Written by the library (cleared by `controld`).
     pub blocked_seen_ns: AtomicU64,
+    /// When `controld` last set `blocked` (stamped right after the store). Written by
+    /// `controld`; with `active_raised_ns` it gives the preemption latency.
+    pub blocked_at_ns: AtomicU64,
     /// Zero; ends the third cache line.
-    pub reserved2: [u8; 56],
+    pub reserved2: [u8; 48],
     /// Ring of 1 ms bins of busy time, the bin of millisecond `ms` at `ms % BUSY_BINS`;
     /// each packs `(ms + 1) << BUSY_NS_BITS | ns` (0: empty). Added to by the library as
     /// kernels complete, emptied by `controld` when it settles them.
@@ -235,6 +238,8 @@ const _: () = assert!(offset_of!(ComputeAccount, throttled_ns) == 104);
 const _: () = assert!(offset_of!(ComputeAccount, launches) == 112);
 const _: () = assert!(offset_of!(ComputeAccount, active_raised_ns) == 120);
 const _: () = assert!(offset_of!(ComputeAccount, blocked_seen_ns) == 128);
+const _: () = assert!(offset_of!(ComputeAccount, blocked_at_ns) == 136);
+const _: () = assert!(offset_of!(ComputeAccount, reserved2) == 144);
 const _: () = assert!(offset_of!(ComputeAccount, busy_bins) == 192);
 const _: () = assert!(size_of::<ComputeAccount>() == 192 + 8 * BUSY_BINS);
 const _: () = assert!(size_of::<ComputeAccount>().is_multiple_of(64));
@@ -323,6 +328,7 @@ pub fn describe() -> Vec<FieldLayout> {
         field!("tessera_compute_account", ComputeAccount, launches),
         field!("tessera_compute_account", ComputeAccount, active_raised_ns),
         field!("tessera_compute_account", ComputeAccount, blocked_seen_ns),
+        field!("tessera_compute_account", ComputeAccount, blocked_at_ns),
         field!("tessera_compute_account", ComputeAccount, reserved2),
         field!("tessera_compute_account", ComputeAccount, busy_bins),
         whole!("tessera_process_entry", ProcessEntry),

@@ -1,6 +1,14 @@
 //! Online work beside offline work under controld (the scenario runner's `online-offline`
 //! and `preemption`, with shorter phases): the online job's latency, the offline job's use
 //! of the idle time, and how fast offline work stops when online work arrives.
+//!
+//! A 3 s phase has about 60 requests, so its p99 is its worst request or two, and a debug
+//! build adds the library's own cost to every launch: the tail swings by tens of percent
+//! from run to run. So these tests hold what priority must change whatever the noise — the
+//! online median stays near its median alone (plain time-slicing doubles it), the offline
+//! job fills the idle time, its window is one kernel, and no offline launch is admitted while
+//! blocked — and the tail figures (online p99 ≤ 1.10 × alone, preemption p99 ≤ 100 µs) are
+//! held by the scenario runner in release over 10 s and reported in `bench/RESULTS.md`.
 
 mod compute;
 
@@ -8,27 +16,27 @@ use compute::run;
 use tessera_tests::timing_lock;
 
 #[test]
-fn offline_work_fills_the_idle_time_and_online_latency_stays_near_solo() {
+fn online_latency_holds_beside_offline_work_that_fills_the_idle_time() {
     let _serial = timing_lock();
     let o = run("online-offline", 3.0);
-    assert!(
-        o.figure("idle_used") >= 0.80,
-        "offline used {:.1} % of the idle time",
-        o.figure("idle_used") * 100.0
-    );
-    // Plain time-slicing doubles the online latency (about 2 × alone); priority must keep
-    // its median well below that. (The median: a 3 s run has too few requests for a
-    // stable p99.)
+    // Plain time-slicing doubles the online latency (about 2 × alone); priority keeps the
+    // median near the better of the two runs alone.
     let alone = o.figure("solo_p50_ms").min(o.figure("plain_solo_p50_ms"));
     assert!(
         o.figure("pair_p50_ms") <= 1.5 * alone,
         "online p50 {:.2} ms beside offline, {alone:.2} ms alone",
         o.figure("pair_p50_ms")
     );
+    assert!(
+        o.figure("idle_used") >= 0.80,
+        "offline used {:.1} % of the idle time",
+        o.figure("idle_used") * 100.0
+    );
+    assert_eq!(o.figure("offline_window"), 1.0, "offline window");
 }
 
 #[test]
-fn online_work_blocks_offline_work_without_waiting_for_a_tick() {
+fn offline_stops_within_100_us_of_an_online_launch() {
     let _serial = timing_lock();
     let o = run("preemption", 3.0);
     assert!(o.figure("samples") >= 40.0, "too few activations seen");
@@ -38,10 +46,15 @@ fn online_work_blocks_offline_work_without_waiting_for_a_tick() {
         0.0,
         "offline launches admitted while blocked"
     );
-    // The scheduler ticks every 5 ms; the block comes from the futex wake-up, far sooner.
     assert!(
-        o.figure("p50_us") <= 1000.0,
+        o.figure("p50_us") <= 100.0,
         "p50 {:.0} µs",
         o.figure("p50_us")
+    );
+    // The scheduler ticks every 5 ms; the block comes from the futex wake-up, far sooner.
+    assert!(
+        o.figure("p99_us") <= 1000.0,
+        "p99 {:.0} µs",
+        o.figure("p99_us")
     );
 }

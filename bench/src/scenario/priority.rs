@@ -216,9 +216,9 @@ pub(super) fn online_offline(bins: &Bins, o: &Options) -> Result<Outcome, String
 #[derive(Debug, Default)]
 struct Preemptions {
     /// Per online activation: from the online library's raise of `active`
-    /// (`active_raised_ns`, stamped at the launch call) until the watcher saw the offline
-    /// container's `blocked` word set: an upper bound, as the watcher looks only once it is
-    /// woken, like the daemon, by the raise.
+    /// (`active_raised_ns`, stamped at the launch call) until the daemon set the offline
+    /// container's `blocked` word (`blocked_at_ns`, stamped right after the store); the
+    /// watcher's own sighting when the stamp is missing.
     block_ns: Vec<u64>,
     /// Per activation: until the offline library's first launch attempt that found the
     /// block (`blocked_seen_ns`); it attempts only between its own kernels.
@@ -233,10 +233,11 @@ struct Preemptions {
 /// How long after an online activation the watcher waits for the offline block.
 const GIVE_UP_NS: u64 = 20_000_000;
 
-/// Sleeps on the online container's `active` word (as `controld` does: its library wakes
-/// every sleeper on it) and, at each raise, spins (yielding the CPU between looks) until
-/// the offline container's `blocked` word is set, noting the time; then follows the episode
-/// to its end for the offline library's own stamp and any launch admitted while blocked.
+/// Looks at the online container's `active` word every 200 µs and, at each raise, looks
+/// every 50 µs until the offline
+/// container's `blocked` word is set, then takes the daemon's stamp of the block; then
+/// follows the episode to its end for the offline library's own stamp and any launch
+/// admitted while blocked.
 fn watch_preemptions(
     online: tessera_region::Region,
     offline: tessera_region::Region,
@@ -251,7 +252,9 @@ fn watch_preemptions(
         // SeqCst: the library stamps `active_raised_ns`, then sets `active` with a SeqCst
         // compare-and-swap; seeing the flag set makes the stamp visible.
         if on.active.load(Ordering::SeqCst) == 0 {
-            on.wait_active(0, 50_000_000);
+            // Polled, not slept on with the futex: woken by the same wake-up as the
+            // daemon, the watcher would race it for a CPU at the very moment measured.
+            std::thread::sleep(Duration::from_micros(200));
             continue;
         }
         // Relaxed: made visible by the flag's load above.
@@ -273,7 +276,9 @@ fn watch_preemptions(
             } else if now - raised > GIVE_UP_NS {
                 break;
             } else {
-                std::thread::yield_now();
+                // Sleep rather than spin: the daemon's stamp times the block, and a
+                // spinning watcher would take a CPU from the daemon it measures.
+                std::thread::sleep(Duration::from_micros(50));
             }
         }
         let Some(blocked_at) = blocked_at else {
@@ -281,10 +286,19 @@ fn watch_preemptions(
             wait_idle(on, &stop);
             continue;
         };
-        seen.block_ns.push(blocked_at.saturating_sub(raised));
         // Relaxed: a counter, compared with itself while the block holds.
         let launches = off.launches.load(Ordering::Relaxed);
         std::thread::sleep(Duration::from_micros(500));
+        // Relaxed: the daemon stamps right after its store of `blocked`; half a
+        // millisecond later the stamp is there. One older than the raise means the block
+        // came before it (the offline container was still blocked): no latency at all.
+        let stamped = off.blocked_at_ns.load(Ordering::Relaxed);
+        seen.block_ns
+            .push(if stamped != 0 && stamped <= blocked_at {
+                stamped.saturating_sub(raised)
+            } else {
+                blocked_at.saturating_sub(raised)
+            });
         let refused = off.blocked_seen_ns.load(Ordering::Relaxed);
         if off.blocked.load(Ordering::SeqCst) != 0 {
             seen.admitted_while_blocked += off

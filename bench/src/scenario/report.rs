@@ -153,9 +153,9 @@ exec` does), and measures from ground truth: the busy time simgpu's engine charg
 process, read from the node state every 100 ms (every 1 ms in `burst-join`), summed per
 container and divided by the wall time; `gpuload infer`'s request latencies; `controld`'s
 CPU time from `/proc/<pid>/stat`. Preemption latency runs from the online library's stamp
-at the launch call (`active_raised_ns`) until a watcher, woken by the same futex wake-up as
-the daemon, sees the offline region's `blocked` word set (an upper bound: it includes the
-watcher's own wake-up); offline launches admitted while blocked are counted. The baseline
+at the launch call (`active_raised_ns`) until the daemon's stamp right after its store of
+the offline region's `blocked` word (`blocked_at_ns`); a watcher looking every 200 µs
+follows each episode and counts offline launches admitted while blocked. The baseline
 runs the same workloads without Tessera: no preload, no daemon, plain time-slicing.
 
 ```sh

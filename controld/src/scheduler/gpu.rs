@@ -5,7 +5,7 @@ use super::settle::{self, Settled, ShareWindow};
 use super::{Member, Shared, TICK};
 use crate::policy::Priority;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 use tessera_region::layout::{
     ComputeAccount, COMPUTE_DAEMON, COMPUTE_LOCAL, COMPUTE_UNLIMITED, DEFAULT_WINDOW,
@@ -16,8 +16,14 @@ use tessera_region::{monotonic_ns, Region, MAX_DEVICES};
 /// Bins are settled once they are this old: by then every harvest that could add to them
 /// has (the library harvests at least every millisecond while it has work in flight).
 pub const SETTLE_AGE_MS: u64 = 100;
-/// A bucket holds at most this many ticks of its rate: no hoarding while idle.
+/// A bucket's refill stops at this many ticks of its rate while nothing is in flight: no
+/// hoarding while idle.
 const BUCKET_TICKS: u64 = 2;
+/// While launches are in flight their time is charged only as they complete, so the refill
+/// that pays for them must not be capped away (a 50 ms kernel at 30 % earns 15 ms while it
+/// runs): the refill stops at this much time at the rate instead, which still bounds what
+/// a container whose `inflight` is stuck (a crashed process) can hoard.
+const IN_FLIGHT_CREDIT_NS: u64 = 250_000_000;
 /// A container that claims work but shows no progress for this long is checked for live
 /// processes.
 const STALE_NS: u64 = 1_000_000_000;
@@ -27,6 +33,9 @@ const IDLE_SLEEP: Duration = Duration::from_millis(20);
 /// The most time one tick's refill covers: after a stall, the buckets' caps would clamp
 /// anything more anyway.
 const MAX_STEP_NS: u64 = 4 * TICK.as_nanos() as u64;
+/// An offline container's in-flight window: what online work can still meet on the GPU
+/// when it preempts (work already there cannot be recalled).
+const OFFLINE_WINDOW: u32 = 1;
 
 /// Runs the tick loop until the scheduler stops, then hands the containers over to their
 /// processes ([`hand_over`]).
@@ -43,7 +52,7 @@ pub(super) fn run(shared: &Shared) {
         }
         let now = monotonic_ns();
         for g in &mut gpus {
-            g.tick(now, &shared.block[g.gpu]);
+            g.tick(now);
         }
         if gpus.is_empty() {
             std::thread::sleep(IDLE_SLEEP);
@@ -186,20 +195,26 @@ pub(super) fn has_work(m: &Member, gpu: usize) -> bool {
     !m.is_stale() && claims_work(m.region.compute(gpu))
 }
 
-/// Blocks an offline container: it launches nothing new until unblocked. Counts a
-/// preemption when it was not blocked. The caller holds the GPU's block lock.
+/// Blocks an offline container: it launches nothing new until unblocked. When it was not
+/// blocked: stamps `blocked_at_ns`, counts a preemption and wakes the launches sleeping in
+/// the gate (so that one waiting for room in its window sees the block at once). The store
+/// comes first; the bookkeeping after it costs the preemption nothing.
 pub(super) fn block(a: &ComputeAccount) {
     // SeqCst (both): the library loads `blocked` before every launch; sequential
     // consistency keeps this store ordered with the active words the deciding thread just
     // read. The load first keeps an unchanged word's cache line unwritten.
     if a.blocked.load(Ordering::SeqCst) == 0 && a.blocked.swap(1, Ordering::SeqCst) == 0 {
-        // Relaxed: a counter for status.
+        // Relaxed (both): a timestamp for the scenario runner and a counter for status;
+        // nothing is published under them.
+        a.blocked_at_ns.store(monotonic_ns(), Ordering::Relaxed);
         a.preemptions.fetch_add(1, Ordering::Relaxed);
+        a.wake_gate();
     }
 }
 
 /// Lifts a block, clears the library's record of when it saw one, and wakes the launches
-/// sleeping in the gate. The caller holds the GPU's block lock.
+/// sleeping in the gate. Whoever unblocks reads the online words again afterwards and
+/// blocks again if online work came meanwhile (see `GpuScheduler::tick`).
 pub(super) fn unblock(a: &ComputeAccount) {
     // SeqCst (both): the refiller's "change the block, then wake" of the gate protocol
     // (`ComputeAccount::wake_gate`). The load first: see `block`.
@@ -250,7 +265,7 @@ pub(super) fn hand_over(region: &Region, gpu: usize, share_ppm: u32) {
 
 impl GpuScheduler {
     /// One tick: settle, decide, block, refill, wake.
-    fn tick(&mut self, now: u64, block_lock: &Mutex<()>) {
+    fn tick(&mut self, now: u64) {
         let tick_ns = TICK.as_nanos() as u64;
         let step = match self.last_tick_ns {
             0 => tick_ns,
@@ -263,29 +278,47 @@ impl GpuScheduler {
             e.observe(gpu, now);
         }
 
-        // Decide and apply priority under the GPU's block lock, from fresh reads, so that
-        // the preemption thread's decisions and the tick's never cross.
-        let decisions = {
-            let _guard = block_lock.lock().unwrap_or_else(|p| p.into_inner());
-            let claims: Vec<Claim> = self
-                .entries
+        // Decide and apply priority from fresh reads. The preemption thread blocks offline
+        // containers without asking anyone; an unblock written here from reads older than
+        // an online raise must not stand, so after unblocking, the online words are read
+        // again (SeqCst: either that read sees the raise, or the preemption thread's block
+        // comes after this unblock in the single total order and wins).
+        let claims: Vec<Claim> = self
+            .entries
+            .iter()
+            .map(|e| Claim {
+                policy: e.member.policy,
+                priority: e.member.priority,
+                demanding: has_work(&e.member, gpu),
+            })
+            .collect();
+        let mut decisions = rates::decide(&claims);
+        let mut unblocked_offline = false;
+        for (e, d) in self.entries.iter().zip(&decisions) {
+            if d.blocked {
+                block(e.account(gpu));
+            } else {
+                unblock(e.account(gpu));
+                unblocked_offline |= e.member.priority == Priority::Offline;
+            }
+        }
+        let online_now = || {
+            self.entries
                 .iter()
-                .map(|e| Claim {
-                    policy: e.member.policy,
-                    priority: e.member.priority,
-                    demanding: has_work(&e.member, gpu),
-                })
-                .collect();
-            let decisions = rates::decide(&claims);
-            for (e, d) in self.entries.iter().zip(&decisions) {
-                if d.blocked {
+                .any(|e| e.member.priority == Priority::Online && has_work(&e.member, gpu))
+        };
+        if unblocked_offline && online_now() {
+            for (e, d) in self.entries.iter().zip(&mut decisions) {
+                if e.member.priority == Priority::Offline {
                     block(e.account(gpu));
-                } else {
-                    unblock(e.account(gpu));
+                    *d = Decision {
+                        share_ppm: 0,
+                        rate_ppm: 0,
+                        blocked: true,
+                    };
                 }
             }
-            decisions
-        };
+        }
 
         let policies: Vec<_> = self.entries.iter().map(|e| e.member.policy).collect();
         let mode = if rates::metered(&policies) {
@@ -303,7 +336,14 @@ impl GpuScheduler {
                     Priority::Offline => PRIORITY_OFFLINE,
                 },
             );
-            store_if_changed(&a.window, DEFAULT_WINDOW);
+            // Offline work already on the GPU is what online work still meets: one kernel.
+            store_if_changed(
+                &a.window,
+                match e.member.priority {
+                    Priority::Online => DEFAULT_WINDOW,
+                    Priority::Offline => OFFLINE_WINDOW,
+                },
+            );
             store_if_changed(&a.share_target_ppm, d.rate_ppm);
             store_if_changed(&a.share_measured_ppm, e.window.share_ppm());
             refill(a, d, step, refund, now);
@@ -363,21 +403,84 @@ impl GpuScheduler {
     }
 }
 
-/// Refills a bucket for `step_ns` at the decided rate, plus the refund, clamped to
-/// [`BUCKET_TICKS`] ticks of the rate; wakes the gate when the bucket turns positive.
+/// Refills a bucket for `step_ns` at the decided rate and gives back the refund; wakes the
+/// gate when the bucket turns positive. Only the refill is capped ([`BUCKET_TICKS`] ticks of
+/// the rate while nothing is in flight, [`IN_FLIGHT_CREDIT_NS`] at the rate while launches
+/// are): the refund returns time the container was charged for others' time slices, and
+/// always reaches the bucket whatever it holds, or overlapping containers would get less
+/// than their shares.
 fn refill(a: &ComputeAccount, d: &Decision, step_ns: u64, refund_ns: u64, now: u64) {
     let ppm = u64::from(d.rate_ppm.min(rates::WHOLE_PPM));
     let whole = u64::from(rates::WHOLE_PPM);
-    let add = (step_ns * ppm / whole).saturating_add(refund_ns);
-    let cap = BUCKET_TICKS * TICK.as_nanos() as u64 * ppm / whole;
-    let (old, new) = a.credit(
+    let add = step_ns * ppm / whole;
+    // Relaxed: a momentary count (untrusted; any non-zero value counts); either answer
+    // only picks the cap.
+    let span = if a.inflight.load(Ordering::Relaxed) == 0 {
+        BUCKET_TICKS * TICK.as_nanos() as u64
+    } else {
+        IN_FLIGHT_CREDIT_NS
+    };
+    let cap = span * ppm / whole;
+    let (old, mut new) = a.credit(
         i64::try_from(add).unwrap_or(i64::MAX),
         i64::try_from(cap).unwrap_or(i64::MAX),
     );
+    if refund_ns > 0 {
+        new = a
+            .credit(i64::try_from(refund_ns).unwrap_or(i64::MAX), i64::MAX)
+            .1;
+    }
     // Relaxed: a timestamp for people and for a library that wants to see the daemon
     // alive; nothing is published under it.
     a.last_refill_ns.store(now, Ordering::Relaxed);
     if old <= 0 && new > 0 {
         a.wake_gate();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn account() -> Box<ComputeAccount> {
+        // SAFETY: all-zero bytes are a valid ComputeAccount (integers and atomics).
+        unsafe { Box::new(std::mem::zeroed()) }
+    }
+
+    fn at(rate_ppm: u32) -> Decision {
+        Decision {
+            rate_ppm,
+            share_ppm: rate_ppm,
+            blocked: false,
+        }
+    }
+
+    #[test]
+    fn refunds_reach_a_full_bucket() {
+        let a = account();
+        let tick = TICK.as_nanos() as u64;
+        // 30 % for ten ticks: capped at two ticks of the rate.
+        refill(&a, &at(300_000), 10 * tick, 0, 1);
+        assert_eq!(a.bucket_ns.load(Ordering::Relaxed), 3_000_000);
+        // A refund on top of a full bucket is kept whole.
+        refill(&a, &at(300_000), tick, 20_000_000, 2);
+        assert_eq!(a.bucket_ns.load(Ordering::Relaxed), 23_000_000);
+    }
+
+    #[test]
+    fn refill_is_not_capped_away_while_kernels_run() {
+        let a = account();
+        let tick = TICK.as_nanos() as u64;
+        a.inflight.store(1, Ordering::Relaxed);
+        for _ in 0..10 {
+            refill(&a, &at(300_000), tick, 0, 1);
+        }
+        // 50 ms at 30 %: all of it, to pay for the kernel when it completes.
+        assert_eq!(a.bucket_ns.load(Ordering::Relaxed), 15_000_000);
+        // Still bounded.
+        for _ in 0..1000 {
+            refill(&a, &at(300_000), tick, 0, 1);
+        }
+        assert_eq!(a.bucket_ns.load(Ordering::Relaxed), 75_000_000);
     }
 }

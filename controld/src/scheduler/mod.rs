@@ -147,10 +147,6 @@ impl Roster {
 struct Shared {
     roster: Arc<Roster>,
     stop: AtomicBool,
-    /// Per GPU: held while deciding and writing the offline containers' blocks, by the tick
-    /// and by the preemption thread, so that a stale decision of one never undoes a fresh
-    /// one of the other.
-    block: [Mutex<()>; MAX_DEVICES],
 }
 
 impl Shared {
@@ -172,7 +168,6 @@ impl Scheduler {
         let shared = Arc::new(Shared {
             roster,
             stop: AtomicBool::new(false),
-            block: Default::default(),
         });
         let mut threads = Vec::new();
         let s = shared.clone();

@@ -1,7 +1,8 @@
 //! Preemption without waiting for a tick: a thread that sleeps on the `active` words of the
 //! online containers of every GPU that also has offline containers, and blocks those
 //! offline containers the moment an online one raises its word (its library raises it at
-//! its first launch after idle and wakes it).
+//! its first launch after idle and wakes it); when the last online container's library
+//! clears its word (and wakes it again), the thread lifts the blocks at once.
 //!
 //! No wake-up is lost: the thread loads each word, decides from what it loaded, then
 //! sleeps only while every word still holds what it loaded (`futex_waitv` compares in the
@@ -10,7 +11,7 @@
 //! before 5.16, or forbidden) the thread polls every [`POLL`].
 
 use super::futex::{self, Waited, Watch};
-use super::gpu::{block, has_work};
+use super::gpu::{block, has_work, unblock};
 use super::{Member, Shared};
 use crate::policy::Priority;
 use std::sync::atomic::Ordering;
@@ -51,11 +52,17 @@ fn contested(members: &[Arc<Member>]) -> Vec<Contested> {
         .collect()
 }
 
+/// The nice value the thread asks for: its latency is the preemption's, and it sleeps
+/// nearly all the time, so running it ahead of the node's batch work costs them nothing.
+const NICE: libc::c_int = -10;
+
 /// Runs until the scheduler stops.
 pub(super) fn run(shared: &Shared) {
+    raise_priority();
     let mut generation = None;
     let mut gpus: Vec<Contested> = Vec::new();
     let mut polling = false;
+    let mut seen: Vec<u32> = Vec::new();
     while !shared.stopping() {
         // SeqCst: loaded before the roster and the words it guards, so that a change
         // published after this load moves the word and ends the wait below at once.
@@ -65,29 +72,28 @@ pub(super) fn run(shared: &Shared) {
             generation = Some(g);
             gpus = contested(&members);
         }
-        let mut watches = vec![Watch {
-            word: &shared.roster.rearm,
-            expected: rearm_seen,
-            private: true,
-        }];
+        // First decide and block, from the words loaded now; then build the wait on the
+        // same loaded values (a raise after the load ends the wait at once), so that no
+        // bookkeeping comes between a raise and the block.
+        seen.clear();
         for c in &gpus {
             let mut busy = false;
             for m in &c.online {
-                let word = &m.region.compute(c.gpu).active;
                 // SeqCst: the value compared by the wait below; see `has_work`.
-                let seen = word.load(Ordering::SeqCst);
-                watches.push(Watch {
-                    word,
-                    expected: seen,
-                    private: false,
-                });
+                seen.push(m.region.compute(c.gpu).active.load(Ordering::SeqCst));
                 busy |= has_work(m, c.gpu);
             }
-            if busy && c.offline.iter().any(|m| !is_blocked(m, c.gpu)) {
-                let _guard = shared.block[c.gpu]
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner());
-                // Fresh under the lock: the tick may have decided since.
+            // No lock: the tick decides the same way. Whoever unblocks reads the online
+            // words again afterwards and blocks again if work came meanwhile (see
+            // `GpuScheduler::tick`), so a raise is never undone by a stale unblock.
+            if busy {
+                for m in &c.offline {
+                    block(m.region.compute(c.gpu));
+                }
+            } else if c.offline.iter().any(|m| is_blocked(m, c.gpu)) {
+                for m in &c.offline {
+                    unblock(m.region.compute(c.gpu));
+                }
                 if c.online.iter().any(|m| has_work(m, c.gpu)) {
                     for m in &c.offline {
                         block(m.region.compute(c.gpu));
@@ -95,6 +101,19 @@ pub(super) fn run(shared: &Shared) {
                 }
             }
         }
+        let mut watches = vec![Watch {
+            word: &shared.roster.rearm,
+            expected: rearm_seen,
+            private: true,
+        }];
+        let words = gpus
+            .iter()
+            .flat_map(|c| c.online.iter().map(|m| &m.region.compute(c.gpu).active));
+        watches.extend(words.zip(&seen).map(|(word, &expected)| Watch {
+            word,
+            expected,
+            private: false,
+        }));
         if polling || watches.len() > futex::MAX_WORDS {
             std::thread::sleep(POLL);
             continue;
@@ -109,7 +128,33 @@ pub(super) fn run(shared: &Shared) {
     }
 }
 
+/// Asks for real-time scheduling (`SCHED_FIFO` at the lowest priority) for this thread, or
+/// else for [`NICE`], so that a wake-up runs at once ahead of busy processes on a loaded
+/// node. The thread sleeps nearly all the time and its work per wake-up is bounded (a few
+/// loads and stores per container), so it cannot starve a CPU; the kernel's real-time
+/// throttling backs that up. Without the privilege (`CAP_SYS_NICE`) it keeps its
+/// scheduling: preemption works the same, only its tail latency grows under CPU load.
+fn raise_priority() {
+    let param = libc::sched_param { sched_priority: 1 };
+    // SAFETY: pthread_self is this thread; the parameter is a live local.
+    let rc = unsafe { libc::pthread_setschedparam(libc::pthread_self(), libc::SCHED_FIFO, &param) };
+    if rc == 0 {
+        return;
+    }
+    // SAFETY: gettid has no arguments and cannot fail.
+    let tid = unsafe { libc::syscall(libc::SYS_gettid) };
+    // SAFETY: setpriority on this thread's own id (Linux applies PRIO_PROCESS to one
+    // thread); it reads and writes no memory of ours.
+    let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, NICE) };
+    if rc != 0 {
+        crate::log::info(&format!(
+            "the preemption thread keeps its priority (nice {NICE} refused: {})",
+            std::io::Error::last_os_error()
+        ));
+    }
+}
+
 fn is_blocked(m: &Member, gpu: usize) -> bool {
-    // Relaxed: a hint that saves taking the lock; the decision is made under it.
-    m.region.compute(gpu).blocked.load(Ordering::Relaxed) != 0
+    // SeqCst: part of the unblock decision; `unblock` loads the word again anyway.
+    m.region.compute(gpu).blocked.load(Ordering::SeqCst) != 0
 }

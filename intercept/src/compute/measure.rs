@@ -19,6 +19,7 @@ use std::cell::UnsafeCell;
 use std::collections::{HashMap, VecDeque};
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use tessera_region::layout::PRIORITY_ONLINE;
 use tessera_region::{monotonic_ns, Region, MAX_DEVICES};
 
 const SUCCESS: u32 = 0;
@@ -326,9 +327,12 @@ fn elapsed_ns(from: Event, to: Event) -> Option<u64> {
 
 /// Harvests every completed END of this process: charges the container's bucket, busy bins
 /// and measured time on the device, and takes the launches off the in-flight counts. Wakes
-/// the device's gate when launches were taken off and someone waits. Returns how many
-/// launches completed.
-pub(crate) fn harvest(region: &Region) -> usize {
+/// the device's gate when launches were taken off and someone waits. With `idle_check`
+/// (after a synchronization) it also clears `active` where nothing is left in flight or
+/// waiting; the launch gate passes `false`, since the launch it harvests for is work of its
+/// own (clearing there would drop the flag in the middle of a burst of launches). Returns
+/// how many launches completed.
+pub(crate) fn harvest(region: &Region, idle_check: bool) -> usize {
     if !anything_pending() {
         return 0;
     }
@@ -391,23 +395,32 @@ pub(crate) fn harvest(region: &Region) -> usize {
             uncount(region, device);
         }
         if n > 0 {
-            settle_active(region, device);
+            if idle_check {
+                settle_active(region, device);
+            }
             region.compute(device).wake_gate();
         }
     }
     total
 }
 
-/// Clears the device's `active` flag when the container has nothing in flight or waiting.
+/// Clears the device's `active` flag when the container has nothing in flight or waiting
+/// (and, for an online container, wakes `controld`'s preemption thread).
 pub(crate) fn settle_active(region: &Region, device: usize) {
     let acct = region.compute(device);
     // Relaxed (loads): momentary figures; a launch racing with the clear raises the flag
     // again at its next launch, and the daemon also reads `inflight` and `waiting`.
     if acct.inflight.load(Ordering::Relaxed) == 0 && acct.waiting.load(Ordering::Relaxed) == 0 {
         // Relaxed: see above.
-        let _ = acct
+        let cleared = acct
             .active
-            .compare_exchange(1, 0, Ordering::Relaxed, Ordering::Relaxed);
+            .compare_exchange(1, 0, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok();
+        // Relaxed: a setting of the daemon's, read afresh each time. An online container
+        // wakes the daemon's preemption thread, which lifts the offline blocks at once.
+        if cleared && acct.priority.load(Ordering::Relaxed) == PRIORITY_ONLINE {
+            acct.wake_active();
+        }
     }
 }
 

@@ -188,7 +188,7 @@ fn wait_for_admission(region: &Region, device: usize) -> bool {
             break false;
         }
         acct.refill_local(monotonic_ns());
-        measure::harvest(region);
+        measure::harvest(region, false);
         if waiting_since.is_none() {
             if try_admit(acct, device).is_ok() {
                 break true;
@@ -214,6 +214,11 @@ fn wait_for_admission(region: &Region, device: usize) -> bool {
             }
         }
     };
+    if admitted {
+        // A synchronization on another thread may have cleared the flag since it was
+        // raised above (nothing was in flight yet): raise it again (one load otherwise).
+        raise_active(acct);
+    }
     if let Some(since) = waiting_since {
         // SeqCst: pairs with the count above (the waiter leaves the protocol).
         acct.waiting.fetch_sub(1, Ordering::SeqCst);

@@ -10,7 +10,7 @@ use std::ffi::c_void;
 fn after_sync() {
     if measure::anything_pending() {
         if let Some(c) = container::get() {
-            measure::harvest(c.region());
+            measure::harvest(c.region(), true);
         }
     }
 }
