@@ -97,6 +97,8 @@ pub(super) fn unlimited_throughput(bins: &Bins, o: &Options) -> Result<Outcome, 
         Some(ratio >= 0.99),
     );
     out.notes.push(format!("kernels/s per round: {runs}"));
+    let unlimited = modes.iter().all(|m| *m == "unlimited");
+    out.set("all_rounds_unlimited", if unlimited { 1.0 } else { 0.0 });
     modes.dedup();
     out.notes.push(format!(
         "the container's compute mode mid-run: {}",
