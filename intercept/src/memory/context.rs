@@ -8,7 +8,7 @@
 //! Context calls are rare and serialised here, so that two measurements in this process
 //! never overlap.
 
-use super::{forget_context, real, OUT_OF_MEMORY, SUCCESS};
+use super::{current_device, forget_context, real, OUT_OF_MEMORY, SUCCESS};
 use crate::container::{self, Container};
 use std::collections::HashMap;
 use std::ffi::{c_char, c_void};
@@ -105,16 +105,6 @@ impl Reading {
         let ours = i128::from(container_used) - i128::from(self.container_used);
         Some(u64::try_from((growth - ours).max(0)).unwrap_or(u64::MAX))
     }
-}
-
-/// The device of the calling thread's current context.
-fn current_device() -> Option<usize> {
-    let get = real::ctx_get_device()?;
-    let mut dev = -1;
-    // SAFETY: writes one int to our local.
-    (unsafe { get(&mut dev) } == SUCCESS)
-        .then(|| usize::try_from(dev).ok())
-        .flatten()
 }
 
 /// Memory in use on a device by `gauge`; for CUDA, on the current context or on `ctx`,

@@ -183,3 +183,14 @@ pub(crate) unsafe fn counted(dptr: *mut u64, bytes: u64, alloc: impl FnOnce() ->
     }
     rc
 }
+
+/// The device of the calling thread's current context: one driver call, which fails without
+/// a current context (an allocation's [`Site`] needs the context too, and asks for both).
+pub(super) fn current_device() -> Option<usize> {
+    let get = real::ctx_get_device()?;
+    let mut dev = -1;
+    // SAFETY: writes one int to our local.
+    (unsafe { get(&mut dev) } == SUCCESS)
+        .then(|| usize::try_from(dev).ok())
+        .flatten()
+}

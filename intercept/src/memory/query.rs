@@ -2,19 +2,8 @@
 //! report a limited device as the container's slice of it. The real call runs first, so
 //! that every error (a null out-pointer, no context) is the driver's own.
 
-use super::{real, SUCCESS};
+use super::{current_device, SUCCESS};
 use crate::container;
-
-/// The device of the calling thread's current context: one driver call (it fails without
-/// a current context), where an allocation's [`super::Site`] needs the context too.
-fn current_device() -> Option<usize> {
-    let get = real::ctx_get_device()?;
-    let mut dev = -1;
-    // SAFETY: writes one int to our local.
-    (unsafe { get(&mut dev) } == SUCCESS)
-        .then(|| usize::try_from(dev).ok())
-        .flatten()
-}
 
 /// The container's view of a device: its total and free memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
