@@ -17,6 +17,8 @@ pub struct Sample {
     pub t_ns: u64,
     /// `(pid, busy ns, alive)`, by pid.
     pub procs: Vec<(u32, u64, bool)>,
+    /// `(pid, bytes)`: the device memory each live process held on device 0, by pid.
+    pub memory: Vec<(u32, u64)>,
 }
 
 /// Readings in time order.
@@ -121,8 +123,10 @@ impl Sampler {
                 while !flag.load(Ordering::Relaxed) {
                     let snap = node.snapshot();
                     let mut live = Vec::with_capacity(snap.processes.len());
+                    let mut memory = Vec::with_capacity(snap.processes.len());
                     for p in &snap.processes {
                         let busy = p.devices.first().map_or(0, |d| d.busy_ns);
+                        memory.push((p.pid, p.devices.first().map_or(0, |d| d.memory)));
                         let entry = known.entry(p.pid).or_insert(0);
                         *entry = (*entry).max(busy);
                         live.push(p.pid);
@@ -133,6 +137,10 @@ impl Sampler {
                             .iter()
                             .map(|(&pid, &busy)| (pid, busy, live.contains(&pid)))
                             .collect(),
+                        memory: {
+                            memory.sort_unstable();
+                            memory
+                        },
                     });
                     next += period_ns;
                     let now = simgpu::clock::now_ns();
@@ -208,6 +216,7 @@ mod tests {
             procs: std::iter::once((7, a * ms / 2, true))
                 .chain(b.map(|b| (8, b * ms / 2, true)))
                 .collect(),
+            memory: Vec::new(),
         };
         Trace {
             samples: vec![
