@@ -32,6 +32,11 @@ pub(crate) struct EngineSeat {
     held: bool,
     /// Engine time at which the current slice began.
     slice_start: u64,
+    /// Whether it has: a hold taken for zero-length work (an event's timestamp) starts its
+    /// slice with the first kernel, which the application submits a moment later, rather
+    /// than spend the slice's first microseconds waiting for it and then be cut off just
+    /// before the kernel's end.
+    slice_started: bool,
     /// Engine time at which this process's last kernel chunk ended.
     cursor: u64,
 }
@@ -76,20 +81,18 @@ impl<'p> Engine<'p> {
                 *seat = EngineSeat {
                     held: true,
                     slice_start: start,
+                    slice_started: remaining > 0,
                     cursor: start,
                 };
             } else {
                 seat.cursor = seat.cursor.max(ready);
             }
             let start = seat.cursor;
-            first.get_or_insert(start);
-            if remaining == 0 {
-                return Span {
-                    start_ns: start,
-                    end_ns: start,
-                };
+            if remaining > 0 && !seat.slice_started {
+                seat.slice_start = start;
+                seat.slice_started = true;
             }
-            if start >= seat.slice_start + quantum {
+            if seat.slice_started && start >= seat.slice_start + quantum {
                 if self.someone_waits() {
                     self.hand_off(start);
                     seat.held = false;
@@ -97,6 +100,15 @@ impl<'p> Engine<'p> {
                     continue;
                 }
                 seat.slice_start = start;
+            }
+            first.get_or_insert(start);
+            if remaining == 0 {
+                // Zero-length work (an event's timestamp) runs when this process next has
+                // the engine: after the others' slices once its own has run out.
+                return Span {
+                    start_ns: start,
+                    end_ns: start,
+                };
             }
             let until = (start + remaining).min(seat.slice_start + quantum);
             sleep_until(until);

@@ -1,14 +1,21 @@
 //! Kernel time is real time: a `tessera_spin(5 ms)` kernel timed with events measures
-//! 5 ms ± 0.3 ms on an idle device, on the default stream and on a created stream.
+//! 5 ms ± 0.3 ms on an idle device, on the default stream and on a created stream; and
+//! beside another process that keeps the engine busy, events are written when this process
+//! has the engine, so the time it waited for the other's slices is not in its interval.
 
 use std::time::Duration;
 use tessera_tests::{
-    assert_success, kernels_ptx, linked_client, run_with_timeout, timing_lock, SimNode,
+    artifacts, assert_success, kernels_ptx, linked_client, run_with_timeout, timing_lock, Running,
+    SimNode,
 };
 
 fn measurements(ns: u64, repeats: u32) -> Vec<(String, f64)> {
-    let exe = linked_client("spin_timing");
     let node = SimNode::new("A100-80GB", &[]);
+    measurements_on(&node, ns, repeats)
+}
+
+fn measurements_on(node: &SimNode, ns: u64, repeats: u32) -> Vec<(String, f64)> {
+    let exe = linked_client("spin_timing");
     let mut cmd = node.command(&exe);
     cmd.arg(kernels_ptx())
         .arg(ns.to_string())
@@ -54,4 +61,28 @@ fn spin_duration_follows_its_argument() {
             "tessera_spin(20 ms) on the {stream} stream measured {ms} ms; all: {found:?}"
         );
     }
+}
+
+/// Beside a trainer that saturates the engine in 10 ms slices, each START waits up to a
+/// slice for the engine; it is written when the spin starts, so a 2 ms spin still measures
+/// 2 ms (written when it was queued, it would measure up to 12 ms).
+#[test]
+fn events_are_written_when_the_process_has_the_engine() {
+    let _serial = timing_lock();
+    let node = SimNode::new("A100-80GB", &[("SIMGPU_QUANTUM_US", "10000")]);
+    let mut cmd = node.command(&artifacts().gpuload);
+    cmd.args(["train", "--kernel-ms", "10", "--seconds", "30"]);
+    let mut trainer = Running::spawn_captured(&mut cmd, "gpuload train");
+    // Let the trainer take the engine first.
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(trainer.try_status().is_none(), "the trainer ended early");
+    let found = measurements_on(&node, 2_000_000, 10);
+    for (stream, ms) in &found {
+        assert!(
+            (1.8..=2.4).contains(ms),
+            "tessera_spin(2 ms) beside a trainer on the {stream} stream measured {ms} ms; \
+             all: {found:?}"
+        );
+    }
+    trainer.kill();
 }

@@ -1,17 +1,22 @@
 //! GPU time measured on the application's own streams with CUDA events.
 //!
-//! After each admitted launch an END event is recorded on the stream; when the stream was
-//! idle (everything measured on it before had completed), a START event is recorded before
-//! the kernel too. A completed END is harvested in stream order: its kernel's time is
-//! `elapsed(START, END)`, or `elapsed(previous END, END)` when the kernel queued behind the
-//! previous one. Harvests run at gated launches, in the gate's wait loop and after the
-//! application's synchronizations, never as a synchronization of their own.
+//! Around each admitted launch a START and an END event are recorded on the stream. A GPU
+//! writes an event's timestamp when it processes the record in the context's channel, which
+//! it does only while the context has the engine: a START queued behind other processes'
+//! time slices is written when this context's turn comes and the kernel starts, so
+//! `elapsed(START, END)` is the kernel's own time, not the time it spent queued (only a
+//! slice that cuts into the kernel itself is inside it, which the daemon's settlement of
+//! overlapping time takes care of). Without a START (the driver refused one) the kernel's
+//! time is `elapsed(previous END, END)`. Completed ENDs are harvested in stream order at
+//! gated launches, in the gate's wait loop and after the application's synchronizations,
+//! never as a synchronization of their own.
 //!
-//! Where the time lands on the node clock (for the busy bins the daemon normalises with): a
-//! START is recorded on an idle stream, so it runs when it is recorded, and the host clock
-//! read just before is its time; the latest START of a stream is kept as its anchor, and an
-//! END is at `anchor + elapsed(anchor, END)`. Before a stream's first START completes (or
-//! if the driver cannot say), intervals end at the moment of the harvest.
+//! Where the time lands on the node clock (for the busy bins the daemon settles overlap
+//! with): each stream keeps an anchor event, a START, and bounds on when it ran. A START
+//! cannot run before it was recorded (a lower bound), and an END found complete at a
+//! harvest ran before that harvest (an upper bound, `now - elapsed(anchor, END)`); the
+//! upper bound, tightened by every harvest, is the estimate. Without an anchor (no START
+//! completed, or the driver cannot say), intervals end at the moment of the harvest.
 
 use super::real;
 use crate::container;
@@ -77,8 +82,39 @@ fn thread_id() -> usize {
     unsafe { libc::pthread_self() as usize }
 }
 
-/// A START event and the node-clock time at which it was recorded (and so ran).
+/// A START event and the node-clock time at which it was recorded (it ran then or later).
 type Start = (Event, u64);
+
+/// A stream's anchor: a completed START and bounds on when it ran, on the node clock.
+#[derive(Clone, Copy)]
+struct Anchor {
+    event: Event,
+    /// It ran no earlier than this.
+    lower: u64,
+    /// It ran no later than this: the estimate.
+    upper: u64,
+}
+
+/// An anchor is moved to a newer START after this much GPU time: `cuEventElapsedTime`
+/// answers in `f32` milliseconds, whose resolution coarsens as the span grows (60 ns at
+/// one second).
+const REANCHOR_NS: u64 = 1_000_000_000;
+
+impl Anchor {
+    /// When `at_gpu` ns after the anchor ran, on the node clock.
+    fn at(&self, at_gpu: u64) -> u64 {
+        self.upper.max(self.lower) + at_gpu
+    }
+
+    /// Learns from an event `at_gpu` ns after the anchor that was recorded at `recorded`
+    /// (a START) and found complete at `seen` (by a harvest).
+    fn bound(&mut self, at_gpu: u64, recorded: Option<u64>, seen: u64) {
+        if let Some(r) = recorded {
+            self.lower = self.lower.max(r.saturating_sub(at_gpu));
+        }
+        self.upper = self.upper.min(seen.saturating_sub(at_gpu));
+    }
+}
 
 /// One admitted launch being measured.
 struct Mark {
@@ -94,8 +130,8 @@ struct Track {
     pending: VecDeque<Mark>,
     /// The END of the last harvested launch, the start of the next one without a START.
     prev_end: Option<Event>,
-    /// The latest harvested START: where the stream's intervals are put on the node clock.
-    anchor: Option<Start>,
+    /// Where the stream's intervals are put on the node clock.
+    anchor: Option<Anchor>,
 }
 
 /// What this process measures.
@@ -232,8 +268,8 @@ fn record(e: Event, stream: *mut c_void) -> bool {
     unsafe { record(e as *mut c_void, stream) == SUCCESS }
 }
 
-/// Before an admitted launch on `key`: records a START if the stream is idle. Returns the
-/// START to pass to [`after_launch`].
+/// Before an admitted launch on `key`: records a START. Returns it, to pass to
+/// [`after_launch`].
 pub(crate) fn before_launch(key: StreamKey, ctx: usize, device: usize) -> Option<Start> {
     let mut guard = lock();
     let book = guard.book();
@@ -250,13 +286,6 @@ pub(crate) fn before_launch(key: StreamKey, ctx: usize, device: usize) -> Option
         track.device = device;
         track.prev_end = None;
         track.anchor = None;
-    }
-    let busy = track
-        .pending
-        .back()
-        .is_some_and(|m| query_done(m.end) == Some(false));
-    if busy {
-        return None;
     }
     let e = take_event(book, ctx)?;
     let at = monotonic_ns();
@@ -370,22 +399,14 @@ pub(crate) fn harvest(region: &Region, idle_check: bool) -> usize {
                 }
                 let from = mark.start.map(|(s, _)| s).or(track.prev_end);
                 let ns = from.and_then(|f| elapsed_ns(f, mark.end)).unwrap_or(0);
-                if let Some(start) = mark.start {
-                    if let Some((old, _)) = track.anchor.replace(start) {
-                        retire(old);
-                    }
-                }
-                let end_at = track
-                    .anchor
-                    .and_then(|(a, at)| Some(at + elapsed_ns(a, mark.end)?))
-                    .map_or(now, |t| t.min(now));
+                let (start_at, end_at) = place(&mut track.anchor, &mark, ns, now, &mut retire);
                 if let Some(prev) = track.prev_end.replace(mark.end) {
                     retire(prev);
                 }
                 if ns > 0 && track.device < MAX_DEVICES {
                     let acct = region.compute(track.device);
                     acct.charge(ns);
-                    acct.add_busy(end_at.saturating_sub(ns), end_at);
+                    acct.add_busy(start_at, end_at);
                 }
             }
         }
@@ -402,6 +423,64 @@ pub(crate) fn harvest(region: &Region, idle_check: bool) -> usize {
         }
     }
     total
+}
+
+/// Where a harvested launch ran on the node clock, `(start, end)`: from the stream's anchor,
+/// which the launch's own events first tighten (or become, for the stream's first START
+/// and once the anchor is [`REANCHOR_NS`] old). Without an anchor, it ended at `now`.
+/// Events the anchor no longer needs go to `retire`.
+fn place(
+    anchor: &mut Option<Anchor>,
+    mark: &Mark,
+    ns: u64,
+    now: u64,
+    retire: &mut impl FnMut(Event),
+) -> (u64, u64) {
+    if let Some((start, recorded)) = mark.start {
+        match *anchor {
+            None => {
+                *anchor = Some(Anchor {
+                    event: start,
+                    lower: recorded,
+                    upper: u64::MAX,
+                })
+            }
+            Some(mut a) => match elapsed_ns(a.event, start) {
+                Some(g) => {
+                    a.bound(g, Some(recorded), u64::MAX);
+                    if g >= REANCHOR_NS {
+                        retire(a.event);
+                        a = Anchor {
+                            event: start,
+                            lower: a.lower.saturating_add(g),
+                            upper: a.upper.saturating_add(g),
+                        };
+                    } else {
+                        retire(start);
+                    }
+                    *anchor = Some(a);
+                }
+                // The anchor is unusable (a reset context): start again from this START.
+                None => {
+                    retire(a.event);
+                    *anchor = Some(Anchor {
+                        event: start,
+                        lower: recorded,
+                        upper: u64::MAX,
+                    });
+                }
+            },
+        }
+    }
+    let Some(a) = anchor.as_mut() else {
+        return (now.saturating_sub(ns), now);
+    };
+    let Some(g) = elapsed_ns(a.event, mark.end) else {
+        return (now.saturating_sub(ns), now);
+    };
+    a.bound(g, None, now);
+    let end = a.at(g).min(now);
+    (end.saturating_sub(ns), end)
 }
 
 /// Clears the device's `active` flag when the container has nothing in flight or waiting

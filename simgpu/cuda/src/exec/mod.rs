@@ -6,8 +6,9 @@
 //! runnable once the awaited record has run, and the legacy default stream and the blocking
 //! streams of its context wait for each other's earlier work (non-blocking streams do not).
 //! Time is simulated time: a kernel is ready when it was submitted and its stream's previous
-//! operation had ended, and the engine says when it ran; records take the time their stream
-//! reached, so that events measure engine time.
+//! operation had ended, and the engine says when it ran; a record takes the time its kernel
+//! ended, or the time its process next had the engine ([`Stamp`]), so that events measure
+//! engine time.
 
 pub(crate) mod registry;
 
@@ -58,6 +59,8 @@ struct Queue {
     ops: VecDeque<Op>,
     /// When the stream's last operation ended, in simulated time.
     last_end_ns: u64,
+    /// Whether that operation was a kernel.
+    after_kernel: bool,
     submitted: u64,
     completed: u64,
     /// The handle is gone: drop the queue once it drains.
@@ -145,7 +148,7 @@ impl Executor {
         let mut holding = false;
         let mut state = self.lock();
         loop {
-            let Some((id, op, ready)) = state.pick() else {
+            let Some((id, op, ready, stamp)) = state.pick() else {
                 if holding {
                     drop(state);
                     engine.idle();
@@ -169,8 +172,9 @@ impl Executor {
                 holding = false;
             }
             let is_record = matches!(op.work, Work::Record(..));
+            let is_kernel = matches!(op.work, Work::Kernel(..));
             let outcome = catch_unwind(AssertUnwindSafe(|| {
-                execute(op.work, ready, &ctx, &engine, &config, &mut holding)
+                execute(op.work, ready, stamp, &ctx, &engine, &config, &mut holding)
             }));
             let end = match outcome {
                 Ok(Ok(end)) => end,
@@ -185,7 +189,7 @@ impl Executor {
             };
 
             state = self.lock();
-            state.finish(id, end);
+            state.finish(id, end, is_kernel);
             self.done.notify_all();
             if is_record {
                 // A stream on another device may wait for this record.
@@ -207,10 +211,24 @@ fn wake_others(device: usize) {
     }
 }
 
+/// When a record takes its timestamp. A GPU writes an event's timestamp when it processes
+/// the record in the context's channel, which it does only while the context has the
+/// engine: a record queued right behind a kernel is written as that kernel ends, any other
+/// waits for the context's turn (for a record right before a kernel: when the kernel starts,
+/// not when it was queued behind other processes' slices).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Stamp {
+    /// Queued behind a kernel of its stream and submitted before that kernel ended.
+    KernelEnd,
+    /// On an idle stream or behind other work: when the process next has the engine.
+    WhenScheduled,
+}
+
 /// Runs one operation; returns when it ended in simulated time.
 fn execute(
     work: Work,
     ready: u64,
+    stamp: Stamp,
     ctx: &Context,
     engine: &simgpu::engine::Engine<'_>,
     config: &simgpu::config::NodeConfig,
@@ -240,8 +258,16 @@ fn execute(
             Ok(ready + (now_ns() - start))
         }
         Work::Record(event, n) => {
-            event.complete(n, ready);
-            Ok(ready)
+            let at = match stamp {
+                Stamp::KernelEnd => ready,
+                Stamp::WhenScheduled => {
+                    let span = engine.run(ready, 0);
+                    *holding = true;
+                    span.start_ns
+                }
+            };
+            event.complete(n, at);
+            Ok(at)
         }
         Work::Wait(event, _) => Ok(ready.max(event.timestamp_ns())),
         Work::Rendezvous(ticket) => {
@@ -254,8 +280,9 @@ fn execute(
 }
 
 impl State {
-    /// Takes the runnable head with the lowest sequence number, and when it is ready.
-    fn pick(&mut self) -> Option<(u64, Op, u64)> {
+    /// Takes the runnable head with the lowest sequence number, when it is ready, and
+    /// whether it was queued behind a kernel that ended just before it (see [`Stamp`]).
+    fn pick(&mut self) -> Option<(u64, Op, u64, Stamp)> {
         let mut best: Option<(u64, u64)> = None;
         for (id, q) in &self.queues {
             let Some(head) = q.ops.front() else { continue };
@@ -268,13 +295,18 @@ impl State {
         let q = self.queues.get_mut(&id)?;
         let op = q.ops.pop_front()?;
         let ends = self.ends.get(&q.stream.ctx.id).copied().unwrap_or_default();
+        let stamp = if q.after_kernel && op.submit_ns <= q.last_end_ns {
+            Stamp::KernelEnd
+        } else {
+            Stamp::WhenScheduled
+        };
         let mut ready = op.submit_ns.max(q.last_end_ns);
         match q.stream.kind {
             StreamKind::Legacy => ready = ready.max(ends.blocking),
             StreamKind::Blocking | StreamKind::PerThread => ready = ready.max(ends.legacy),
             StreamKind::NonBlocking => {}
         }
-        Some((id, op, ready))
+        Some((id, op, ready, stamp))
     }
 
     fn runnable(&self, q: &Queue, head: &Op) -> bool {
@@ -302,11 +334,12 @@ impl State {
         }
     }
 
-    fn finish(&mut self, id: u64, end: u64) {
+    fn finish(&mut self, id: u64, end: u64, kernel: bool) {
         let Some(q) = self.queues.get_mut(&id) else {
             return;
         };
         q.last_end_ns = q.last_end_ns.max(end);
+        q.after_kernel = kernel;
         q.completed += 1;
         let ends = self.ends.entry(q.stream.ctx.id).or_default();
         match q.stream.kind {
@@ -337,6 +370,7 @@ pub(crate) fn submit(stream: &Arc<Stream>, work: Work) -> Result<Mark, CUresult>
         stream: Arc::clone(stream),
         ops: VecDeque::new(),
         last_end_ns: 0,
+        after_kernel: false,
         submitted: 0,
         completed: 0,
         released: false,
