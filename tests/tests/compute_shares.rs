@@ -20,12 +20,11 @@ fn fixed_30_alone_stays_at_30_in_every_second() {
 fn fixed_burst_and_best_effort_get_20_55_25() {
     let _serial = timing_lock();
     let o = run("mixed", 4.0);
-    // ± 5 pp here, ± 3 in the runner: overlap settling still biases burst:30 a few points
-    // low (52–54 % seen), and a 4 s debug run must not fail on that known bias. Without the
-    // scheduler the three get a third each, far outside either bound.
-    assert_near("fixed:20", o.figure("fixed20"), 0.20, 0.05);
-    assert_near("burst:30", o.figure("burst30"), 0.55, 0.05);
-    assert_near("best-effort", o.figure("besteffort"), 0.25, 0.05);
+    // Without the scheduler the three get a third each; charged for the time they spent
+    // queued behind each other's slices (a START only on idle streams), they read 22/52/26.
+    assert_near("fixed:20", o.figure("fixed20"), 0.20, 0.03);
+    assert_near("burst:30", o.figure("burst30"), 0.55, 0.03);
+    assert_near("best-effort", o.figure("besteffort"), 0.25, 0.03);
 }
 
 #[test]
