@@ -284,3 +284,132 @@ fn dl_error() -> String {
     // SAFETY: non-null, a C string as above.
     unsafe { CStr::from_ptr(e) }.to_string_lossy().into_owned()
 }
+
+/// NVML (`libnvidia-ml.so.1`), for what the driver API does not tell: the driver's version
+/// string and the device memory each process holds. Loaded on demand; nothing else of the
+/// benchmarks needs it.
+pub struct Nvml {
+    get_handle: unsafe extern "C" fn(c_uint, *mut *mut c_void) -> c_uint,
+    driver_version: unsafe extern "C" fn(*mut c_char, c_uint) -> c_uint,
+    processes: unsafe extern "C" fn(*mut c_void, *mut c_uint, *mut NvmlProcessInfo) -> c_uint,
+}
+
+/// `nvmlProcessInfo_t` of `nvmlDeviceGetComputeRunningProcesses_v3`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+struct NvmlProcessInfo {
+    pid: c_uint,
+    used_gpu_memory: u64,
+    gpu_instance_id: c_uint,
+    compute_instance_id: c_uint,
+}
+
+/// `NVML_VALUE_NOT_AVAILABLE`: a process whose memory NVML cannot see (another container).
+const NVML_VALUE_NOT_AVAILABLE: u64 = u64::MAX;
+/// `NVML_ERROR_INSUFFICIENT_SIZE`.
+const NVML_ERROR_INSUFFICIENT_SIZE: c_uint = 7;
+
+impl Nvml {
+    /// Loads `libnvidia-ml.so.1` and initializes it.
+    pub fn open() -> Result<Nvml, String> {
+        // SAFETY: the name is a C string literal; dlopen has no other precondition.
+        let lib = unsafe {
+            libc::dlopen(
+                c"libnvidia-ml.so.1".as_ptr(),
+                libc::RTLD_NOW | libc::RTLD_LOCAL,
+            )
+        };
+        if lib.is_null() {
+            return Err(format!("cannot load libnvidia-ml.so.1: {}", dl_error()));
+        }
+        let symbol = |name: &CStr| {
+            // SAFETY: `lib` is a live handle from dlopen, `name` a C string.
+            let f = unsafe { libc::dlsym(lib, name.as_ptr()) };
+            if f.is_null() {
+                Err(format!(
+                    "libnvidia-ml.so.1 has no {}",
+                    name.to_string_lossy()
+                ))
+            } else {
+                Ok(f)
+            }
+        };
+        let init = symbol(c"nvmlInit_v2")?;
+        // SAFETY: each symbol is the NVML entry point of that name, whose C signature is the
+        // one it is transmuted to.
+        let nvml = unsafe {
+            let init = std::mem::transmute::<*mut c_void, unsafe extern "C" fn() -> c_uint>(init);
+            let r = init();
+            if r != 0 {
+                return Err(format!("nvmlInit_v2 failed (nvmlReturn_t {r})"));
+            }
+            Nvml {
+                get_handle: std::mem::transmute::<
+                    *mut c_void,
+                    unsafe extern "C" fn(c_uint, *mut *mut c_void) -> c_uint,
+                >(symbol(c"nvmlDeviceGetHandleByIndex_v2")?),
+                driver_version: std::mem::transmute::<
+                    *mut c_void,
+                    unsafe extern "C" fn(*mut c_char, c_uint) -> c_uint,
+                >(symbol(c"nvmlSystemGetDriverVersion")?),
+                processes: std::mem::transmute::<
+                    *mut c_void,
+                    unsafe extern "C" fn(*mut c_void, *mut c_uint, *mut NvmlProcessInfo) -> c_uint,
+                >(symbol(c"nvmlDeviceGetComputeRunningProcesses_v3")?),
+            }
+        };
+        // The library stays loaded for the life of the process, as the driver does.
+        Ok(nvml)
+    }
+
+    /// The driver's version, like `550.54.15`.
+    pub fn driver_version(&self) -> Result<String, String> {
+        let mut buf = [0 as c_char; 96];
+        // SAFETY: `buf` holds the length passed.
+        let r = unsafe { (self.driver_version)(buf.as_mut_ptr(), buf.len() as c_uint - 1) };
+        if r != 0 {
+            return Err(format!(
+                "nvmlSystemGetDriverVersion failed (nvmlReturn_t {r})"
+            ));
+        }
+        // SAFETY: NVML NUL-terminates within the length given; the last byte stays 0.
+        Ok(unsafe { CStr::from_ptr(buf.as_ptr()) }
+            .to_string_lossy()
+            .into_owned())
+    }
+
+    /// `(pid, bytes)` of each process with a compute context on device `index`, by pid;
+    /// processes whose memory NVML does not show are left out.
+    pub fn process_memory(&self, index: u32) -> Result<Vec<(u32, u64)>, String> {
+        let mut device: *mut c_void = std::ptr::null_mut();
+        // SAFETY: `device` is a valid out-pointer.
+        let r = unsafe { (self.get_handle)(index, &mut device) };
+        if r != 0 {
+            return Err(format!(
+                "nvmlDeviceGetHandleByIndex_v2({index}) failed (nvmlReturn_t {r})"
+            ));
+        }
+        let mut infos = vec![NvmlProcessInfo::default(); 64];
+        loop {
+            let mut count = infos.len() as c_uint;
+            // SAFETY: `infos` holds `count` entries; `device` is a handle NVML gave.
+            let r = unsafe { (self.processes)(device, &mut count, infos.as_mut_ptr()) };
+            if r == NVML_ERROR_INSUFFICIENT_SIZE && (count as usize) > infos.len() {
+                infos.resize(count as usize + 16, NvmlProcessInfo::default());
+                continue;
+            }
+            if r != 0 {
+                return Err(format!(
+                    "nvmlDeviceGetComputeRunningProcesses_v3 failed (nvmlReturn_t {r})"
+                ));
+            }
+            let mut out: Vec<(u32, u64)> = infos[..(count as usize).min(infos.len())]
+                .iter()
+                .filter(|p| p.used_gpu_memory != NVML_VALUE_NOT_AVAILABLE)
+                .map(|p| (p.pid, p.used_gpu_memory))
+                .collect();
+            out.sort_unstable();
+            return Ok(out);
+        }
+    }
+}

@@ -276,6 +276,11 @@ pub struct Event<'g> {
 }
 
 impl Event<'_> {
+    /// The handle.
+    pub fn raw(&self) -> CUevent {
+        self.raw
+    }
+
     /// Records the event at the current end of `stream`.
     pub fn record(&self, stream: &Stream<'_>) -> Result<()> {
         // SAFETY: both handles are live.

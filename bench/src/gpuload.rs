@@ -1,11 +1,19 @@
 //! The workloads of `gpuload`, each a function from options to one JSON report. They use only
 //! the driver API, so they measure simgpu and a real GPU alike.
 
-use crate::driver::{CUDA_ERROR_OUT_OF_MEMORY, CU_EVENT_BLOCKING_SYNC, CU_EVENT_DISABLE_TIMING};
+use crate::driver::{
+    Nvml, CUDA_ERROR_NOT_READY, CUDA_ERROR_OUT_OF_MEMORY, CU_EVENT_BLOCKING_SYNC,
+    CU_EVENT_DISABLE_TIMING,
+};
 use crate::gpu::{DeviceBuffer, Error, Event, Gpu, Result, Stream};
 use crate::kernels::Kernels;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
+
+mod progress;
+pub mod slice;
+
+pub use progress::{Progress, PROGRESS_DIR_ENV};
 
 /// `alloc` halves its chunk on each out-of-memory down to this size, so it stops within this
 /// many bytes of what the device had free. 1 MiB is far below any context overhead and
@@ -24,11 +32,16 @@ const FILL_VALUE: u32 = 0xc0ff_ee11;
 /// Device, driver and memory as this process's context sees them.
 pub fn info(gpu: &Gpu) -> Result<Value> {
     let memory = gpu.memory_info()?;
+    // The driver's own version (like 550.54.15) only NVML knows; a machine without NVML
+    // still reports the rest.
+    let nvml_version = Nvml::open().and_then(|n| n.driver_version());
     Ok(json!({
         "mode": "info",
         "device": gpu.ordinal(),
         "name": gpu.name()?,
         "driver_version": gpu.driver_version()?,
+        "nvml_driver_version": nvml_version.as_ref().ok(),
+        "nvml_error": nvml_version.as_ref().err(),
         "total": memory.total,
         "free": memory.free,
     }))
@@ -136,12 +149,21 @@ pub fn train(gpu: &Gpu, kernel_ns: u64, duration: Duration, window: usize) -> Re
         .map(|_| gpu.event(CU_EVENT_DISABLE_TIMING | CU_EVENT_BLOCKING_SYNC))
         .collect::<Result<_>>()?;
     warm_up(&kernels, &stream)?;
+    let progress = Progress::from_env();
     let start = Instant::now();
     let mut launched = 0u64;
+    // Kernels known to have completed (and published as progress).
+    let mut completed = 0u64;
     while start.elapsed() < duration {
         let slot = &events[(launched % window as u64) as usize];
         if launched >= window as u64 {
             slot.synchronize()?;
+            // The kernel `window` launches back has run, and every one before it.
+            let now = launched - window as u64 + 1;
+            if let Some(p) = &progress {
+                p.add(now - completed, (now - completed) * kernel_ns);
+            }
+            completed = now;
         }
         kernels.spin(&stream, kernel_ns)?;
         slot.record(&stream)?;
@@ -149,6 +171,10 @@ pub fn train(gpu: &Gpu, kernel_ns: u64, duration: Duration, window: usize) -> Re
     }
     stream.synchronize()?;
     let seconds = start.elapsed().as_secs_f64();
+    if let Some(p) = &progress {
+        p.add(launched - completed, (launched - completed) * kernel_ns);
+        p.finish();
+    }
     Ok(json!({
         "mode": "train",
         "device": gpu.ordinal(),
@@ -176,6 +202,7 @@ pub fn infer(
     let kernels = Kernels::load(gpu)?;
     let stream = gpu.stream()?;
     warm_up(&kernels, &stream)?;
+    let progress = Progress::from_env();
     let start = Instant::now();
     let mut latencies = Vec::new();
     loop {
@@ -191,8 +218,15 @@ pub fn infer(
         }
         stream.synchronize()?;
         latencies.push(due.elapsed().as_secs_f64() * 1e3);
+        if let Some(p) = &progress {
+            let n = u64::from(kernels_per_request);
+            p.add(n, n * kernel_ns);
+        }
     }
     let seconds = start.elapsed().as_secs_f64();
+    if let Some(p) = &progress {
+        p.finish();
+    }
     latencies.sort_by(f64::total_cmp);
     let mean = latencies.iter().sum::<f64>() / latencies.len().max(1) as f64;
     Ok(json!({
@@ -207,6 +241,95 @@ pub fn infer(
         "p99_ms": percentile(&latencies, 0.99),
         "max_ms": latencies.last().copied().unwrap_or(0.0),
         "mean_ms": mean,
+    }))
+}
+
+/// Host cost of the calls a sharing layer hooks on the hot path: `calls` calls per batch,
+/// `batches` batches after one batch of warm-up; per call, the median (and the 10th and 90th
+/// percentiles) over batches of the batch's time divided by its calls. Work the calls queue
+/// is drained between batches, outside the timed part, so that a full launch queue never
+/// makes a launch wait for the GPU.
+pub fn probe(gpu: &Gpu, calls: u32, batches: u32) -> Result<Value> {
+    let kernels = Kernels::load(gpu)?;
+    let stream = gpu.stream()?;
+    let event = gpu.event(CU_EVENT_DISABLE_TIMING)?;
+    warm_up(&kernels, &stream)?;
+    let api = gpu.driver().api();
+    let calls = calls.max(1);
+    // Times `batches + 1` batches of `calls` calls of `one` (the first is warm-up), running
+    // `between` after each, untimed.
+    let time = |one: &mut dyn FnMut() -> Result<()>,
+                between: &mut dyn FnMut() -> Result<()>|
+     -> Result<Value> {
+        let mut per_call = Vec::with_capacity(batches as usize);
+        for b in 0..=batches {
+            let start = Instant::now();
+            for _ in 0..calls {
+                one()?;
+            }
+            let ns = start.elapsed().as_nanos() as f64 / f64::from(calls);
+            between()?;
+            if b > 0 {
+                per_call.push(ns);
+            }
+        }
+        per_call.sort_by(f64::total_cmp);
+        Ok(json!({
+            "median_ns": percentile(&per_call, 0.5),
+            "p10_ns": percentile(&per_call, 0.1),
+            "p90_ns": percentile(&per_call, 0.9),
+        }))
+    };
+    let sync = &mut || stream.synchronize();
+    let launch = time(&mut || kernels.spin(&stream, 0), sync)?;
+    let record = time(&mut || event.record(&stream), sync)?;
+    event.record(&stream)?;
+    stream.synchronize()?;
+    let query = time(
+        &mut || {
+            // SAFETY: `event` is a live event of this context.
+            let r = unsafe { (api.cuEventQuery)(event.raw()) };
+            gpu.check("cuEventQuery", r)
+        },
+        &mut || Ok(()),
+    )?;
+    // A query of an event the GPU has not reached yet: the case a sharing layer that polls
+    // its own events meets most. One long kernel ahead of the event keeps it pending.
+    // 100 ms is far longer than the batches take; `still_pending` says whether it was.
+    kernels.spin(&stream, 100_000_000)?;
+    event.record(&stream)?;
+    let mut still_pending = true;
+    let mut query_pending = time(
+        &mut || {
+            // SAFETY: `event` is a live event of this context.
+            let r = unsafe { (api.cuEventQuery)(event.raw()) };
+            if r == CUDA_ERROR_NOT_READY {
+                return Ok(());
+            }
+            still_pending = false;
+            gpu.check("cuEventQuery", r)
+        },
+        &mut || Ok(()),
+    )?;
+    query_pending["still_pending"] = still_pending.into();
+    stream.synchronize()?;
+    const ALLOC_BYTES: u64 = 1 << 20;
+    let alloc_free = time(&mut || gpu.alloc(ALLOC_BYTES).map(drop), &mut || Ok(()))?;
+    let mem_get_info = time(&mut || gpu.memory_info().map(drop), &mut || Ok(()))?;
+    Ok(json!({
+        "mode": "probe",
+        "device": gpu.ordinal(),
+        "calls": calls,
+        "batches": batches,
+        "cuLaunchKernel": launch,
+        "cuEventRecord": record,
+        "cuEventQuery": query,
+        "cuEventQuery_pending": query_pending,
+        "cuMemAlloc_cuMemFree_1MiB": alloc_free,
+        "cuMemGetInfo": mem_get_info,
+        // What libtessera.so was told, when it is preloaded (for the report).
+        "preloaded": std::env::var_os("LD_PRELOAD").is_some_and(|v| !v.is_empty()),
+        "memory_limit": std::env::var("TESSERA_MEMORY_LIMIT").ok(),
     }))
 }
 

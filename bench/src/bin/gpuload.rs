@@ -30,6 +30,14 @@ const MODES: &[(&str, &str)] = &[
         "info",
         "the device's name, driver version, and free and total memory",
     ),
+    (
+        "probe",
+        "host cost per call of launch, event record and query, alloc+free, cuMemGetInfo",
+    ),
+    (
+        "slice",
+        "the time slice between this process and others saturating the same GPU",
+    ),
 ];
 
 /// One option: `--name VALUE`.
@@ -41,7 +49,16 @@ struct Flag {
     help: &'static str,
 }
 
-const ALL: &[&str] = &["memcheck", "alloc", "train", "infer", "info"];
+const ALL: &[&str] = &[
+    "memcheck", "alloc", "train", "infer", "info", "probe", "slice",
+];
+
+/// Defaults that differ by mode: `(mode, option, value)`.
+const MODE_DEFAULTS: &[(&str, &str, &str)] = &[
+    ("slice", "kernel-ms", "0.05"),
+    ("slice", "seconds", "3"),
+    ("slice", "window", "32"),
+];
 
 /// Every option, declared once: parsing, defaults and help all read this table.
 const FLAGS: &[Flag] = &[
@@ -84,21 +101,21 @@ const FLAGS: &[Flag] = &[
         name: "kernel-ms",
         value: "MS",
         default: Some("1"),
-        modes: &["train", "infer"],
+        modes: &["train", "infer", "slice"],
         help: "length of each spin kernel",
     },
     Flag {
         name: "seconds",
         value: "S",
         default: Some("5"),
-        modes: &["train", "infer"],
-        help: "how long to run",
+        modes: &["train", "infer", "slice"],
+        help: "how long to run (slice: to measure, after the warm-up)",
     },
     Flag {
         name: "window",
         value: "N",
         default: Some("4"),
-        modes: &["train"],
+        modes: &["train", "slice"],
         help: "kernels in flight at most",
     },
     Flag {
@@ -115,6 +132,34 @@ const FLAGS: &[Flag] = &[
         modes: &["infer"],
         help: "kernels per request",
     },
+    Flag {
+        name: "calls",
+        value: "N",
+        default: Some("100"),
+        modes: &["probe"],
+        help: "calls per timed batch",
+    },
+    Flag {
+        name: "batches",
+        value: "N",
+        default: Some("50"),
+        modes: &["probe"],
+        help: "timed batches per call (after one of warm-up)",
+    },
+    Flag {
+        name: "competitors",
+        value: "N",
+        default: Some("1"),
+        modes: &["slice"],
+        help: "saturating `gpuload train` processes started beside this one (0: alone)",
+    },
+    Flag {
+        name: "warmup",
+        value: "S",
+        default: Some("1"),
+        modes: &["slice"],
+        help: "seconds run before measuring, while the competitors start",
+    },
 ];
 
 fn help() -> String {
@@ -128,10 +173,16 @@ fn help() -> String {
     h += "\noptions:\n";
     for f in FLAGS {
         let flag = format!("--{} {}", f.name, f.value);
-        let default = f
+        let mut default = f
             .default
-            .map(|d| format!(" (default {d})"))
+            .map(|d| format!(" (default {d}"))
             .unwrap_or_default();
+        for (mode, _, value) in MODE_DEFAULTS.iter().filter(|(_, o, _)| *o == f.name) {
+            default += &format!("; {value} for {mode}");
+        }
+        if !default.is_empty() {
+            default += ")";
+        }
         let modes = if f.modes == ALL {
             "all modes".to_string()
         } else {
@@ -204,10 +255,16 @@ impl Args {
     /// The option's text: given, or its default.
     fn text(&self, name: &str) -> Option<&str> {
         self.values.get(name).map(String::as_str).or_else(|| {
-            FLAGS
+            MODE_DEFAULTS
                 .iter()
-                .find(|f| f.name == name)
-                .and_then(|f| f.default)
+                .find(|(m, o, _)| *m == self.mode && *o == name)
+                .map(|(_, _, v)| *v)
+                .or_else(|| {
+                    FLAGS
+                        .iter()
+                        .find(|f| f.name == name)
+                        .and_then(|f| f.default)
+                })
         })
     }
 
@@ -315,10 +372,74 @@ fn run(args: &Args) -> Result<bool, String> {
             let gpu = Gpu::open(device).map_err(|e| e.to_string())?;
             gpuload::info(&gpu).map_err(|e| e.to_string())?
         }
+        "probe" => {
+            let calls: u32 = args.number("calls")?;
+            let batches: u32 = args.number("batches")?;
+            if calls == 0 || batches == 0 {
+                return Err("--calls and --batches must be at least 1".into());
+            }
+            let gpu = Gpu::open(device).map_err(|e| e.to_string())?;
+            gpuload::probe(&gpu, calls, batches).map_err(|e| e.to_string())?
+        }
+        "slice" => slice(args, device)?,
         other => unreachable!("mode {other} is in MODES but has no body"),
     };
     emit(&report);
     Ok(ok)
+}
+
+/// `slice`: starts the competitors (`gpuload train` on the same device, running past the
+/// end), measures, and checks that they ran throughout.
+fn slice(args: &Args, device: i32) -> Result<serde_json::Value, String> {
+    let kernel_ns = args.kernel_ns()?;
+    if kernel_ns == 0 {
+        return Err("--kernel-ms must be more than 0 for slice".into());
+    }
+    let seconds = args.seconds("seconds")?;
+    let warmup = args.seconds("warmup")?;
+    let window: usize = args.number("window")?;
+    let competitors: usize = args.number("competitors")?;
+    if window == 0 {
+        return Err("--window must be at least 1".into());
+    }
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find gpuload itself: {e}"))?;
+    let run_for = format!("{}", (warmup + seconds).as_secs_f64() + 30.0);
+    let kernel = format!("{}", kernel_ns as f64 / 1e6);
+    let mut others = Vec::new();
+    for _ in 0..competitors {
+        let child = std::process::Command::new(&exe)
+            .args(["train", "--device", &device.to_string()])
+            .args(["--kernel-ms", &kernel, "--window", &window.to_string()])
+            .args(["--seconds", &run_for])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .map_err(|e| format!("cannot start a competing gpuload train: {e}"))?;
+        others.push(Competitor(child));
+    }
+    let gpu = Gpu::open(device).map_err(|e| e.to_string())?;
+    let mut report = gpuload::slice::measure(&gpu, kernel_ns, warmup, seconds, window)
+        .map_err(|e| e.to_string())?;
+    for c in &mut others {
+        if let Ok(Some(status)) = c.0.try_wait() {
+            return Err(format!(
+                "a competing gpuload train ended before the measurement did ({status})"
+            ));
+        }
+    }
+    report["competitors"] = competitors.into();
+    report["warmup_s"] = warmup.as_secs_f64().into();
+    Ok(report)
+}
+
+/// A competing process, killed and reaped when dropped.
+struct Competitor(std::process::Child);
+
+impl Drop for Competitor {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 fn main() -> ExitCode {
@@ -362,6 +483,15 @@ mod tests {
         assert_eq!(a.seconds("seconds").unwrap(), Duration::from_secs(3));
         assert_eq!(a.number::<usize>("window").unwrap(), 4);
         assert_eq!(a.number::<i32>("device").unwrap(), 0);
+        let a = args("slice").unwrap();
+        assert_eq!(a.kernel_ns().unwrap(), 50_000);
+        assert_eq!(a.number::<usize>("window").unwrap(), 32);
+        assert_eq!(a.seconds("seconds").unwrap(), Duration::from_secs(3));
+        let a = args("slice --kernel-ms 0.2 --competitors 0").unwrap();
+        assert_eq!(a.kernel_ns().unwrap(), 200_000);
+        assert_eq!(a.number::<usize>("competitors").unwrap(), 0);
+        let a = args("probe").unwrap();
+        assert_eq!(a.number::<u32>("calls").unwrap(), 100);
         let a = args("alloc --chunk 1GiB").unwrap();
         assert_eq!(a.size("chunk").unwrap(), Some(1 << 30));
         assert_eq!(a.size("limit").unwrap(), None);
@@ -386,6 +516,9 @@ mod tests {
         assert!(a.positive("rate").is_err());
         let a = args("memcheck --bytes lots").unwrap();
         assert!(a.size("bytes").is_err());
+        assert!(args("probe --kernel-ms 1")
+            .unwrap_err()
+            .contains("does not apply"));
     }
 
     #[test]

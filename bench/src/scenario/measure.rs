@@ -1,23 +1,33 @@
-//! Ground truth: the busy time simgpu's engine charged to each process, sampled from the
-//! node state on a thread of its own, and the CPU time of a process from `/proc`.
+//! Ground truth: the GPU time each process got, sampled on a thread of its own, and the CPU
+//! time of a process from `/proc`. Two sources give the same [`Trace`]:
+//!
+//! - on simgpu, the busy time the engine charged to each process and the memory each holds,
+//!   from the node state;
+//! - on the system's driver, which keeps no per-process GPU time, the progress each
+//!   `gpuload` publishes (its completed kernels times their length, see
+//!   [`crate::gpuload::Progress`]), and each process's memory from NVML.
 
-use std::collections::BTreeMap;
-use std::path::Path;
+use crate::driver::Nvml;
+use crate::gpuload::Progress;
+use std::collections::{btree_map, BTreeMap};
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-/// One reading of the node: when (node clock), and per process ever seen its busy time on
-/// device 0 and whether it was alive. A process that has exited keeps its last figure (the
-/// node forgets it), so a container's busy time never goes backwards.
+/// One reading of the ground truth: when (node clock), and per process ever seen its busy
+/// time on device 0 and whether it was alive. A process that has exited keeps its last
+/// figure (the node forgets it), so a container's busy time never goes backwards.
 #[derive(Debug, Clone)]
 pub struct Sample {
     /// Node clock (`CLOCK_MONOTONIC`) ns.
     pub t_ns: u64,
     /// `(pid, busy ns, alive)`, by pid.
     pub procs: Vec<(u32, u64, bool)>,
-    /// `(pid, bytes)`: the device memory each live process held on device 0, by pid.
+    /// `(pid, bytes)`: the device memory each live process held on device 0, by pid. On the
+    /// system's driver it is NVML's figure for every process on the GPU, refreshed every
+    /// 100 ms, and empty where NVML cannot be loaded.
     pub memory: Vec<(u32, u64)>,
 }
 
@@ -100,16 +110,125 @@ impl Trace {
     }
 }
 
-/// Reads the node every `period` on a thread until stopped.
+/// Reads the ground truth every `period` on a thread until stopped.
 pub struct Sampler {
     stop: Arc<AtomicBool>,
     handle: Option<JoinHandle<Result<Trace, String>>>,
 }
 
+/// One reading of a source: when (node clock), `(pid, busy ns, alive)` of each process it
+/// shows, and `(pid, bytes)` of device memory, by pid.
+type Reading = (u64, Vec<(u32, u64, bool)>, Vec<(u32, u64)>);
+
+/// Where the readings come from.
+enum Source {
+    /// A simgpu node.
+    Node(simgpu::node::Node),
+    /// A directory of progress files, and NVML for memory.
+    Progress(ProgressDir),
+}
+
+impl Source {
+    fn read(&mut self) -> Reading {
+        match self {
+            Source::Node(node) => {
+                let snap = node.snapshot();
+                let mut busy = Vec::with_capacity(snap.processes.len());
+                let mut memory = Vec::with_capacity(snap.processes.len());
+                for p in &snap.processes {
+                    let d = p.devices.first();
+                    busy.push((p.pid, d.map_or(0, |d| d.busy_ns), true));
+                    memory.push((p.pid, d.map_or(0, |d| d.memory)));
+                }
+                memory.sort_unstable();
+                (snap.taken_ns, busy, memory)
+            }
+            Source::Progress(dir) => dir.read(),
+        }
+    }
+}
+
+/// How often NVML is asked for memory: a query costs far more than reading the progress
+/// files, and memory changes slowly next to the 1–100 ms sampling periods.
+const NVML_PERIOD_NS: u64 = 100_000_000;
+
+/// The progress files of the workloads in one directory.
+struct ProgressDir {
+    dir: PathBuf,
+    files: BTreeMap<u32, Progress>,
+    /// NVML, or why not (then no memory is reported).
+    nvml: Result<Nvml, String>,
+    memory: Vec<(u32, u64)>,
+    memory_at: Option<u64>,
+}
+
+impl ProgressDir {
+    fn new(dir: &Path) -> ProgressDir {
+        ProgressDir {
+            dir: dir.to_path_buf(),
+            files: BTreeMap::new(),
+            nvml: Nvml::open(),
+            memory: Vec::new(),
+            memory_at: None,
+        }
+    }
+
+    fn read(&mut self) -> Reading {
+        if let Ok(entries) = std::fs::read_dir(&self.dir) {
+            for entry in entries.flatten() {
+                let name = entry.file_name();
+                let Some(pid) = name.to_str().and_then(Progress::pid_of) else {
+                    continue;
+                };
+                if let btree_map::Entry::Vacant(slot) = self.files.entry(pid) {
+                    // A file being created may not have its length yet: tried again next time.
+                    if let Ok(p) = Progress::open(&entry.path()) {
+                        slot.insert(p);
+                    }
+                }
+            }
+        }
+        let t_ns = simgpu::clock::now_ns();
+        // A finished workload's file keeps its final figure, read like the others.
+        let busy = self
+            .files
+            .iter()
+            .map(|(&pid, p)| (pid, p.busy_ns(), !p.finished() && process_alive(pid)))
+            .collect();
+        if let Ok(nvml) = &self.nvml {
+            if self
+                .memory_at
+                .is_none_or(|at| t_ns.saturating_sub(at) >= NVML_PERIOD_NS)
+            {
+                self.memory = nvml.process_memory(0).unwrap_or_default();
+                self.memory_at = Some(t_ns);
+            }
+        }
+        (t_ns, busy, self.memory.clone())
+    }
+}
+
+/// Whether `pid` runs (exists and is not a zombie waiting to be reaped).
+fn process_alive(pid: u32) -> bool {
+    let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    // The state is the first field after the command name, which is in parentheses.
+    let state = text
+        .rfind(')')
+        .and_then(|i| text[i + 1..].split_whitespace().next());
+    !matches!(state, Some("Z" | "X" | "x") | None)
+}
+
 impl Sampler {
-    /// Starts sampling the node at `state`.
-    pub fn start(state: &Path, period: Duration) -> Result<Sampler, String> {
-        let node = simgpu::node::Node::open_existing(state).map_err(|e| e.to_string())?;
+    /// Starts sampling `truth`: a simgpu node's state file, or a directory of `gpuload`
+    /// progress files (what [`super::Testbed::node_state`] names on the system's driver).
+    pub fn start(truth: &Path, period: Duration) -> Result<Sampler, String> {
+        let mut source = if truth.is_dir() {
+            Source::Progress(ProgressDir::new(truth))
+        } else {
+            Source::Node(simgpu::node::Node::open_existing(truth).map_err(|e| e.to_string())?)
+        };
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let handle = std::thread::Builder::new()
@@ -121,26 +240,22 @@ impl Sampler {
                 let mut next = simgpu::clock::now_ns();
                 // Relaxed: the flag orders nothing; the join publishes the trace.
                 while !flag.load(Ordering::Relaxed) {
-                    let snap = node.snapshot();
-                    let mut live = Vec::with_capacity(snap.processes.len());
-                    let mut memory = Vec::with_capacity(snap.processes.len());
-                    for p in &snap.processes {
-                        let busy = p.devices.first().map_or(0, |d| d.busy_ns);
-                        memory.push((p.pid, p.devices.first().map_or(0, |d| d.memory)));
-                        let entry = known.entry(p.pid).or_insert(0);
+                    let (t_ns, busy, memory) = source.read();
+                    let mut live = Vec::with_capacity(busy.len());
+                    for (pid, busy, alive) in busy {
+                        let entry = known.entry(pid).or_insert(0);
                         *entry = (*entry).max(busy);
-                        live.push(p.pid);
+                        if alive {
+                            live.push(pid);
+                        }
                     }
                     trace.samples.push(Sample {
-                        t_ns: snap.taken_ns,
+                        t_ns,
                         procs: known
                             .iter()
                             .map(|(&pid, &busy)| (pid, busy, live.contains(&pid)))
                             .collect(),
-                        memory: {
-                            memory.sort_unstable();
-                            memory
-                        },
+                        memory,
                     });
                     next += period_ns;
                     let now = simgpu::clock::now_ns();
@@ -242,6 +357,31 @@ mod tests {
         assert_eq!(t.at(2_500_000), 3);
         assert_eq!(t.at(99_000_000), 4);
         assert_eq!(t.last_alive(8), Some(4));
+    }
+
+    #[test]
+    fn progress_files_are_a_source_of_busy_time() {
+        let dir = std::env::temp_dir().join(format!("sampler-progress-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let sampler = Sampler::start(&dir, Duration::from_millis(1)).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        let progress = Progress::create(&dir).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        progress.add(5, 5_000_000);
+        std::thread::sleep(Duration::from_millis(20));
+        progress.add(1, 1_000_000);
+        progress.finish();
+        std::thread::sleep(Duration::from_millis(20));
+        let trace = sampler.stop().unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        let me = std::process::id();
+        let last = trace.samples.len() - 1;
+        assert_eq!(trace.busy(last, &[me]), 6_000_000);
+        assert!(!trace.alive(last, me), "a finished workload is not alive");
+        let first = trace.first_busy(me).expect("busy time seen");
+        assert_eq!(trace.busy(trace.at(first), &[me]), 5_000_000);
+        assert!(trace.last_alive(me).is_some());
+        assert!(trace.samples.windows(2).all(|w| w[0].t_ns <= w[1].t_ns));
     }
 
     #[test]

@@ -1,21 +1,29 @@
 //! The isolation scenarios: `gpuload` workloads in containers under `controld` on a
 //! simulated node, measured from ground truth — the busy time simgpu's engine charged to each
-//! process, `gpuload infer`'s latencies, the preemption stamps in the containers' regions and
-//! the daemon's CPU time — and each also run without Tessera (plain time-slicing, no preload,
-//! no daemon) as the baseline.
+//! process, the device memory it holds, `gpuload infer`'s latencies, the preemption stamps in
+//! the containers' regions and the daemon's CPU time — and each also run without Tessera
+//! (plain time-slicing, no preload, no daemon, no caps) as the baseline.
 //!
 //! Each scenario returns an [`Outcome`]: rows for the table (check, target, measured,
-//! baseline, pass) and named figures for tests, which judge them with their own tolerances.
+//! baseline, pass), named figures for tests, which judge them with their own tolerances, and
+//! charts for the report. The report ([`report`]) puts them together with the hook costs
+//! ([`hook_costs`]) into `bench/RESULTS.md` and its plots.
 
+pub mod hook_costs;
 mod measure;
+mod memory;
 mod overhead;
+pub mod plot;
 mod priority;
-mod report;
+pub mod report;
 mod shares;
 mod testbed;
 
 pub use measure::{cpu_ns, percentile, Sample, Sampler, Trace};
-pub use report::{machine, render_table, today, update_results, RunInfo};
+pub use report::{
+    commit, machine, render_markdown, render_table, span, today, write_report, HookFigures, Report,
+    RunInfo, REPORT_COMMAND,
+};
 pub use testbed::{Bins, Proc, Spec, Testbed, DEVICE};
 
 use std::collections::BTreeMap;
@@ -25,7 +33,7 @@ use std::time::{Duration, Instant};
 #[derive(Debug, Clone)]
 pub struct Options {
     /// The length of each scenario's main measuring phase in seconds; `None` for the
-    /// scenario's own (the figures the acceptance criteria name, like 10 s).
+    /// scenario's own (like 10 s).
     pub seconds: Option<f64>,
     /// Also run without Tessera, for the baseline column.
     pub baseline: bool,
@@ -61,7 +69,7 @@ impl Options {
 pub struct Row {
     /// What is checked.
     pub check: String,
-    /// The acceptance target.
+    /// The target.
     pub target: String,
     /// What was measured with Tessera.
     pub measured: String,
@@ -82,6 +90,8 @@ pub struct Outcome {
     pub figures: BTreeMap<String, f64>,
     /// Remarks for people (what could not be measured, and why).
     pub notes: Vec<String>,
+    /// What the report plots of it: shares or memory over time, latency distributions.
+    pub charts: Vec<plot::Chart>,
     /// How long the scenario took.
     pub wall: Duration,
 }
@@ -93,6 +103,7 @@ impl Outcome {
             rows: Vec::new(),
             figures: BTreeMap::new(),
             notes: Vec::new(),
+            charts: Vec::new(),
             wall: Duration::ZERO,
         }
     }
@@ -140,14 +151,14 @@ impl Outcome {
 pub struct Scenario {
     /// Its name on the command line.
     pub name: &'static str,
-    /// The acceptance item it measures.
+    /// Its number in the table.
     pub item: u32,
     /// One line about it.
     pub about: &'static str,
     run: fn(&Bins, &Options) -> Result<Outcome, String>,
 }
 
-/// Every scenario, in acceptance order.
+/// Every scenario, in the table's order.
 pub const SCENARIOS: &[Scenario] = &[
     Scenario {
         name: "fixed-alone",
@@ -203,6 +214,12 @@ pub const SCENARIOS: &[Scenario] = &[
         about: "controld uses ≤ 5 % of one core with 8 busy containers",
         run: overhead::daemon_cpu,
     },
+    Scenario {
+        name: "memory-caps",
+        item: 10,
+        about: "caps of 2, 3 and 4 GiB, asked for 120 % in two steps: peak ≤ cap, the rest refused, the cap free again after",
+        run: memory::memory_caps,
+    },
 ];
 
 /// The scenario called `name`.
@@ -234,32 +251,10 @@ fn ms(v: f64) -> String {
     format!("{v:.2} ms")
 }
 
-/// Waits until every process of `procs` has been charged busy time on the node (each has
-/// started running kernels); fails if one exits first or `timeout` passes.
+/// Waits until every process of `procs` has had GPU time ([`Testbed::has_run`]); fails if
+/// one exits first or `timeout` passes.
 fn wait_running(bed: &Testbed, procs: &mut [&mut Proc], timeout: Duration) -> Result<(), String> {
-    let start = Instant::now();
-    loop {
-        let snap = bed.node().snapshot();
-        let running = procs.iter().all(|p| {
-            snap.processes
-                .iter()
-                .any(|s| s.pid == p.pid() && s.devices.first().is_some_and(|d| d.busy_ns > 0))
-        });
-        if running {
-            return Ok(());
-        }
-        for p in procs.iter_mut() {
-            if !p.alive() {
-                return Err(format!("process {} ended before it ran a kernel", p.pid()));
-            }
-        }
-        if start.elapsed() > timeout {
-            return Err(format!(
-                "the workloads did not all run a kernel within {timeout:?}"
-            ));
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    bed.wait_running(procs, timeout)
 }
 
 /// Saturating `gpuload train` processes, one per container, measured together.

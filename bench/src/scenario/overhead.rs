@@ -1,4 +1,4 @@
-//! What Tessera costs (acceptance items 8 and 9): the throughput of a container no limit
+//! What Tessera costs (items 8 and 9): the throughput of a container no limit
 //! binds, against the same program without the preload, and the daemon's CPU time beside
 //! eight busy containers.
 

@@ -1,11 +1,13 @@
-//! Online work beside offline work (acceptance items 5 and 6): the online container's
+//! Online work beside offline work (items 5 and 6): the online container's
 //! request latency from `gpuload infer`, the offline container's use of the time left idle
 //! from the node's busy time, and the preemption latency from the stamps the library writes
 //! into the regions.
 
+use super::plot::{cdf, Chart, Panel, Series};
 use super::{
     measure::percentile, ms, pct, wait_running, Bins, Options, Outcome, Sampler, Spec, Testbed,
 };
+use serde_json::Value;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,6 +29,33 @@ struct InferRun {
     offline: f64,
     /// The offline container's in-flight window (kernels), read from its region.
     offline_window: Option<u32>,
+    /// The latency distribution, as CDF points `(ms, %)`.
+    cdf: Vec<(f64, f64)>,
+    /// Whether `cdf` holds every request, rather than the quantiles `gpuload infer` reports.
+    every_request: bool,
+}
+
+/// The latency CDF of a `gpuload infer` report: from every request's latency where the
+/// report lists them (`latencies_ms`), else the staircase its quantiles (p50, p99, max)
+/// bound from below: at least half the requests took p50 or less, and so on.
+fn latency_cdf(report: &Value) -> (Vec<(f64, f64)>, bool) {
+    if let Some(all) = report["latencies_ms"].as_array() {
+        let v: Vec<f64> = all.iter().filter_map(Value::as_f64).collect();
+        if !v.is_empty() {
+            let points = cdf(&v).into_iter().map(|(x, y)| (x, y * 100.0)).collect();
+            return (points, true);
+        }
+    }
+    let mut points = Vec::new();
+    let mut below = 0.0;
+    for (key, share) in [("p50_ms", 50.0), ("p99_ms", 99.0), ("max_ms", 100.0)] {
+        if let Some(v) = report[key].as_f64() {
+            points.push((v, below));
+            points.push((v, share));
+            below = share;
+        }
+    }
+    (points, false)
 }
 
 impl InferRun {
@@ -92,12 +121,15 @@ fn infer_run(
             .as_f64()
             .ok_or_else(|| format!("gpuload infer reported no {k}: {report}"))
     };
+    let (cdf, every_request) = latency_cdf(&report);
     Ok(InferRun {
         p99_ms: num("p99_ms")?,
         p50_ms: num("p50_ms")?,
         online: trace.share(&[online_pid], from, to),
         offline: offline_share,
         offline_window,
+        cdf,
+        every_request,
     })
 }
 
@@ -189,6 +221,17 @@ pub(super) fn online_offline(bins: &Bins, o: &Options) -> Result<Outcome, String
     out.set("pair2_p99_ms", pair2.p99_ms);
     out.set("offline_window", f64::from(window));
     out.set("pair2_bound_ms", bound);
+    out.charts.push(latency_chart(
+        [&solo, &plain_solo, &pair],
+        base_pair.as_ref(),
+        [&solo2, &plain_solo2, &pair2],
+        base_pair2.as_ref(),
+    ));
+    if !pair.every_request {
+        out.notes.push(
+            "gpuload infer reported quantiles, not every request: the latency plot is the staircase they bound it by".into(),
+        );
+    }
     out.row(
         "one 2 ms kernel: online p99 alone",
         "reference: the better of the two",
@@ -210,6 +253,58 @@ pub(super) fn online_offline(bins: &Bins, o: &Options) -> Result<Outcome, String
         Some(pair2.offline_window.is_some() && pair2.p99_ms <= bound),
     );
     Ok(out)
+}
+
+/// The latency chart of item 5: the online service's request latency CDF alone (with and
+/// without Tessera), beside offline work with Tessera and without, for both request kinds.
+fn latency_chart(
+    ten: [&InferRun; 3],
+    ten_base: Option<&InferRun>,
+    one: [&InferRun; 3],
+    one_base: Option<&InferRun>,
+) -> Chart {
+    let panel = |title: &str, runs: [&InferRun; 3], base: Option<&InferRun>| {
+        let names = [
+            "alone, with Tessera",
+            "alone, without Tessera",
+            "beside offline, with Tessera",
+        ];
+        let mut series: Vec<Series> = runs
+            .iter()
+            .zip(names)
+            .enumerate()
+            .map(|(i, (r, name))| Series::line(name, i, r.cdf.clone()))
+            .collect();
+        if let Some(b) = base {
+            series.push(Series::line(
+                "beside offline, without Tessera",
+                3,
+                b.cdf.clone(),
+            ));
+        }
+        Panel {
+            title: title.to_string(),
+            series,
+        }
+    };
+    let every_request = ten.iter().chain(&one).all(|r| r.every_request);
+    Chart {
+        file: "online-offline-latency".into(),
+        title: if every_request {
+            "Online request latency: alone, and beside an offline trainer".into()
+        } else {
+            "Online request latency (p50, p99, max only): alone, and beside an offline trainer"
+                .into()
+        },
+        x_label: "request latency (ms)".into(),
+        y_label: "requests at or below (%)".into(),
+        y_range: Some((0.0, 100.0)),
+        shared_x: false,
+        panels: vec![
+            panel("10 × 1 ms kernels per request, 20/s", ten, ten_base),
+            panel("one 2 ms kernel per request, 20/s", one, one_base),
+        ],
+    }
 }
 
 /// Preemptions seen by [`watch_preemptions`].
@@ -473,4 +568,30 @@ pub(super) fn preemption(bins: &Bins, o: &Options) -> Result<Outcome, String> {
         None,
     );
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_latency_cdf_from_every_request_or_the_quantiles() {
+        let (points, every) = latency_cdf(&serde_json::json!({"latencies_ms": [2.0, 1.0]}));
+        assert!(every);
+        assert_eq!(points, [(1.0, 0.0), (1.0, 50.0), (2.0, 50.0), (2.0, 100.0)]);
+        let (points, every) =
+            latency_cdf(&serde_json::json!({"p50_ms": 1.0, "p99_ms": 3.0, "max_ms": 4.0}));
+        assert!(!every);
+        assert_eq!(
+            points,
+            [
+                (1.0, 0.0),
+                (1.0, 50.0),
+                (3.0, 50.0),
+                (3.0, 99.0),
+                (4.0, 99.0),
+                (4.0, 100.0)
+            ]
+        );
+    }
 }

@@ -1,31 +1,133 @@
-//! Shares of saturating containers (acceptance items 1–4 and 7): busy time per container
+//! Shares of saturating containers (items 1–4 and 7): busy time per container
 //! from the node's ground truth, divided by the wall time it covers.
 
-use super::{pct, train_together, wait_running, Bins, Options, Outcome, Sampler, Spec, Testbed};
+use super::plot::{Chart, Panel, Series};
+use super::{
+    pct, train_together, wait_running, Bins, Options, Outcome, Sampler, Spec, Testbed, Trace,
+    TrainRun,
+};
 use std::time::Duration;
 
 const SECOND: Duration = Duration::from_secs(1);
 const TENTH: Duration = Duration::from_millis(100);
 
-/// The baseline shares: the same containers' workloads with no Tessera, each alone on
-/// the node's time-slicing.
-fn baseline_shares(
+/// The baseline: the same containers' workloads with no Tessera, on the node's plain
+/// time-slicing.
+fn baseline_run(
     bins: &Bins,
     specs: &[Spec],
     kernel_ms: f64,
     phase: Duration,
     o: &Options,
-) -> Result<Option<Vec<f64>>, String> {
+) -> Result<Option<TrainRun>, String> {
     if !o.baseline {
         return Ok(None);
     }
     o.say("baseline: the same workloads without Tessera");
-    let run = train_together(bins, specs, false, kernel_ms, SECOND / 2, phase, TENTH)?;
-    Ok(Some((0..specs.len()).map(|i| run.share(i)).collect()))
+    train_together(bins, specs, false, kernel_ms, SECOND / 2, phase, TENTH).map(Some)
 }
 
-fn shown(baseline: &Option<Vec<f64>>, i: usize) -> String {
-    baseline.as_ref().map(|b| pct(b[i])).unwrap_or_default()
+fn shown(baseline: &Option<TrainRun>, i: usize) -> String {
+    baseline
+        .as_ref()
+        .map(|b| pct(b.share(i)))
+        .unwrap_or_default()
+}
+
+/// The share of `pids` over a trailing `window`, every `step` from the trace's first
+/// sample on, as `(s since that sample, %)`.
+fn share_points(trace: &Trace, pids: &[u32], window: Duration, step: Duration) -> Vec<(f64, f64)> {
+    let (Some(first), Some(last)) = (trace.samples.first(), trace.samples.last()) else {
+        return Vec::new();
+    };
+    let (origin, window, step) = (first.t_ns, window.as_nanos() as u64, step.as_nanos() as u64);
+    let mut points = Vec::new();
+    let mut t = origin + window;
+    while t <= last.t_ns {
+        let share = trace.share(pids, trace.at(t - window), trace.at(t));
+        points.push(((t - origin) as f64 / 1e9, share * 100.0));
+        t += step.max(1);
+    }
+    points
+}
+
+/// A window's length for an axis label: `500 ms`, `1 s`.
+fn span(window: Duration) -> String {
+    let ms = window.as_millis();
+    if ms >= 1000 && ms.is_multiple_of(1000) {
+        format!("{} s", ms / 1000)
+    } else {
+        format!("{ms} ms")
+    }
+}
+
+/// A legend name for a container.
+fn legend(spec: &Spec) -> String {
+    format!("{} ({})", spec.name, spec.compute)
+}
+
+/// Dashed lines at each distinct target share (0–1), `until` seconds long, in the colour of
+/// the one container that has it (grey when several do).
+fn target_lines(targets: &[f64], until: f64) -> Vec<Series> {
+    let mut lines: Vec<Series> = Vec::new();
+    for (i, &t) in targets.iter().enumerate() {
+        let y = t * 100.0;
+        let name = format!("target {y:.0} %");
+        match lines.iter_mut().find(|s| s.name == name) {
+            Some(line) => line.color = GREY,
+            None => lines.push(Series::dashed(name, i, vec![(0.0, y), (until, y)])),
+        }
+    }
+    lines
+}
+
+/// The palette's grey, for a line several containers share.
+const GREY: usize = 6;
+
+/// The chart of a [`TrainRun`] scenario: each container's share over a trailing `window`,
+/// with Tessera and (when run) without, the targets dashed.
+fn shares_chart(
+    file: &str,
+    title: &str,
+    specs: &[Spec],
+    targets: &[f64],
+    runs: [Option<&TrainRun>; 2],
+    window: Duration,
+) -> Chart {
+    let panels = runs
+        .iter()
+        .zip(["with Tessera", "without Tessera (plain time-slicing)"])
+        .filter_map(|(run, title)| {
+            let run = (*run)?;
+            let mut series: Vec<Series> = specs
+                .iter()
+                .enumerate()
+                .map(|(i, spec)| {
+                    let points = share_points(&run.trace, &[run.pids[i]], window, TENTH);
+                    Series::line(legend(spec), i, points)
+                })
+                .collect();
+            let until = series
+                .iter()
+                .filter_map(|s| s.points.last())
+                .map(|p| p.0)
+                .fold(0.0, f64::max);
+            series.extend(target_lines(targets, until));
+            Some(Panel {
+                title: title.to_string(),
+                series,
+            })
+        })
+        .collect();
+    Chart {
+        file: file.to_string(),
+        title: title.to_string(),
+        x_label: "time since the workloads started (s)".into(),
+        y_label: format!("share of GPU time over the last {} (%)", span(window)),
+        y_range: Some((0.0, 105.0)),
+        shared_x: true,
+        panels,
+    }
 }
 
 fn within(share: f64, target: f64, tolerance: f64) -> bool {
@@ -47,7 +149,15 @@ pub(super) fn fixed_alone(bins: &Bins, o: &Options) -> Result<Outcome, String> {
     out.set("min_window", lo);
     out.set("max_window", hi);
     out.set("windows", windows.len() as f64);
-    let base = baseline_shares(bins, &specs, 1.0, phase.min(3 * SECOND), o)?;
+    let base = baseline_run(bins, &specs, 1.0, phase.min(3 * SECOND), o)?;
+    out.charts.push(shares_chart(
+        "fixed-alone-shares",
+        "fixed:30 alone and saturating: share of GPU time",
+        &specs,
+        &[0.30],
+        [Some(&run), base.as_ref()],
+        SECOND / 2,
+    ));
     out.row(
         "fixed:30, each 1 s window",
         "30 ± 2 %",
@@ -71,7 +181,15 @@ pub(super) fn mixed(bins: &Bins, o: &Options) -> Result<Outcome, String> {
     o.say("fixed:20 + burst:30 + best-effort with Tessera");
     let run = train_together(bins, &specs, true, 1.0, SECOND, phase, TENTH)?;
     out.notes.extend(run.daemon_note(&specs));
-    let base = baseline_shares(bins, &specs, 1.0, phase.min(5 * SECOND), o)?;
+    let base = baseline_run(bins, &specs, 1.0, phase.min(5 * SECOND), o)?;
+    out.charts.push(shares_chart(
+        "mixed-shares",
+        "fixed:20 + burst:30 + best-effort, all saturating: shares of GPU time",
+        &specs,
+        &targets,
+        [Some(&run), base.as_ref()],
+        SECOND / 2,
+    ));
     for (i, (spec, target)) in specs.iter().zip(targets).enumerate() {
         let share = run.share(i);
         out.set(spec.name, share);
@@ -104,7 +222,15 @@ pub(super) fn best_effort(bins: &Bins, o: &Options) -> Result<Outcome, String> {
     o.say("four best-effort with Tessera");
     let run = train_together(bins, &specs, true, 1.0, SECOND, phase, TENTH)?;
     out.notes.extend(run.daemon_note(&specs));
-    let base = baseline_shares(bins, &specs, 1.0, phase, o)?;
+    let base = baseline_run(bins, &specs, 1.0, phase, o)?;
+    out.charts.push(shares_chart(
+        "best-effort-shares",
+        "four best-effort containers, all saturating: shares of GPU time",
+        &specs,
+        &[0.25; 4],
+        [Some(&run), base.as_ref()],
+        SECOND / 2,
+    ));
     for (i, spec) in specs.iter().enumerate() {
         let share = run.share(i);
         out.set(spec.name, share);
@@ -134,7 +260,15 @@ pub(super) fn long_kernels(bins: &Bins, o: &Options) -> Result<Outcome, String> 
     out.set("share", share);
     out.set("min_window", lo);
     out.set("max_window", hi);
-    let base = baseline_shares(bins, &specs, 50.0, phase.min(3 * SECOND), o)?;
+    let base = baseline_run(bins, &specs, 50.0, phase.min(3 * SECOND), o)?;
+    out.charts.push(shares_chart(
+        "long-kernels-shares",
+        "fixed:30 with 50 ms kernels: share of GPU time",
+        &specs,
+        &[0.30],
+        [Some(&run), base.as_ref()],
+        SECOND,
+    ));
     out.row(
         &format!("fixed:30, 50 ms kernels, over {:.0} s", phase.as_secs_f64()),
         "30 ± 3 %",
@@ -155,6 +289,13 @@ struct Join {
     first_10ms: f64,
     fixed: f64,
     burst: f64,
+    /// Burst's and fixed's shares over time (see [`share_points`]).
+    series: [Vec<(f64, f64)>; 2],
+    /// When the fixed container first ran, in s since the first sample.
+    join_s: f64,
+    /// Burst's and fixed's shares over 10 ms windows around the join, as `(ms since the
+    /// fixed container first ran, %)`.
+    zoom: [Vec<(f64, f64)>; 2],
 }
 
 /// The burst container's share limit once the fixed one joins (30 + the 20 left over), plus
@@ -204,12 +345,33 @@ fn join_run(bins: &Bins, tessera: bool, o: &Options) -> Result<Join, String> {
         .map(|from| (from - t0) as f64 / ms as f64);
     let settled = t0 + 500 * ms;
     let (a, z) = (trace.at(settled), trace.at(end));
+    let (window, step) = (Duration::from_millis(100), Duration::from_millis(10));
+    let origin = trace.samples.first().map_or(t0, |s| s.t_ns);
+    let join_s = t0.saturating_sub(origin) as f64 / 1e9;
+    let zoom = |pids: &[u32]| -> Vec<(f64, f64)> {
+        share_points(
+            &trace,
+            pids,
+            Duration::from_millis(10),
+            Duration::from_millis(1),
+        )
+        .into_iter()
+        .map(|(x, y)| ((x - join_s) * 1e3, y))
+        .filter(|(x, _)| (-ZOOM_BEFORE_MS..=ZOOM_AFTER_MS).contains(x))
+        .collect()
+    };
     Ok(Join {
         alone,
         drop_ms,
         first_10ms,
         fixed: trace.share(&f, a, z),
         burst: trace.share(&b, a, z),
+        series: [
+            share_points(&trace, &b, window, step),
+            share_points(&trace, &f, window, step),
+        ],
+        join_s,
+        zoom: [zoom(&b), zoom(&f)],
     })
 }
 
@@ -228,6 +390,8 @@ pub(super) fn burst_join(bins: &Bins, o: &Options) -> Result<Outcome, String> {
         Some(d) => format!("{d:.0} ms (first 10 ms: {})", pct(j.first_10ms)),
         None => format!("never (first 10 ms: {})", pct(j.first_10ms)),
     };
+    out.charts.push(join_chart(&run, base.as_ref()));
+    out.charts.push(zoom_chart(&run, base.as_ref()));
     out.set("alone", run.alone);
     out.set("drop_ms", run.drop_ms.unwrap_or(f64::INFINITY));
     out.set("first_10ms", run.first_10ms);
@@ -262,4 +426,111 @@ pub(super) fn burst_join(bins: &Bins, o: &Options) -> Result<Outcome, String> {
         None,
     );
     Ok(out)
+}
+
+/// The span of the zoomed chart around the join, in ms.
+const ZOOM_BEFORE_MS: f64 = 30.0;
+const ZOOM_AFTER_MS: f64 = 120.0;
+
+/// The join up close: shares over 10 ms windows (each point is the window ending there),
+/// and the check: the burst container at most 60 % from 10 ms on.
+fn zoom_chart(run: &Join, base: Option<&Join>) -> Chart {
+    let panel = |j: &Join, title: &str| Panel {
+        title: title.to_string(),
+        series: vec![
+            Series::line("burst30 (burst:30)", 0, j.zoom[0].clone()),
+            Series::line("fixed50 (fixed:50)", 1, j.zoom[1].clone()),
+            Series::dashed(
+                "burst limit from 10 ms on",
+                0,
+                vec![(10.0, 60.0), (ZOOM_AFTER_MS, 60.0)],
+            ),
+        ],
+    };
+    let mut panels = vec![panel(run, "with Tessera")];
+    panels.extend(base.map(|b| panel(b, "without Tessera (plain time-slicing)")));
+    Chart {
+        file: "burst-join-zoom".into(),
+        title: "The join up close: shares over 10 ms windows".into(),
+        x_label: "ms since the fixed workload's first kernel".into(),
+        y_label: "share of GPU time over the last 10 ms (%)".into(),
+        y_range: Some((0.0, 105.0)),
+        shared_x: true,
+        panels,
+    }
+}
+
+/// The chart of item 3: both containers' shares over 100 ms windows, and the targets: the
+/// burst container all of the GPU alone, then 50 % each.
+fn join_chart(run: &Join, base: Option<&Join>) -> Chart {
+    let panel = |j: &Join, title: &str| {
+        let until = j
+            .series
+            .iter()
+            .filter_map(|s| s.last())
+            .map(|p| p.0)
+            .fold(0.0, f64::max);
+        let t = j.join_s;
+        Panel {
+            title: title.to_string(),
+            series: vec![
+                Series::line("burst30 (burst:30)", 0, j.series[0].clone()),
+                Series::line("fixed50 (fixed:50)", 1, j.series[1].clone()),
+                Series::dashed(
+                    "burst target",
+                    0,
+                    vec![(0.0, 100.0), (t, 100.0), (t, 50.0), (until, 50.0)],
+                ),
+                Series::dashed("fixed target", 1, vec![(t, 50.0), (until, 50.0)]),
+            ],
+        }
+    };
+    let mut panels = vec![panel(run, "with Tessera")];
+    panels.extend(base.map(|b| panel(b, "without Tessera (plain time-slicing)")));
+    Chart {
+        file: "burst-join-shares".into(),
+        title: "burst:30 alone, then a fixed:50 joins: shares of GPU time".into(),
+        x_label: "time since the burst workload started (s)".into(),
+        y_label: "share of GPU time over the last 100 ms (%)".into(),
+        y_range: Some((0.0, 105.0)),
+        shared_x: true,
+        panels,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scenario::Sample;
+
+    #[test]
+    fn shares_over_a_trailing_window() {
+        // One process busy half the time, sampled every 100 ms over 1 s.
+        let ms = 1_000_000;
+        let trace = Trace {
+            samples: (0..=10)
+                .map(|k| Sample {
+                    t_ns: 5_000 * ms + k * 100 * ms,
+                    procs: vec![(7, k * 50 * ms, true)],
+                    memory: Vec::new(),
+                })
+                .collect(),
+        };
+        let points = share_points(&trace, &[7], SECOND / 2, TENTH);
+        assert_eq!(points.len(), 6);
+        assert!((points[0].0 - 0.5).abs() < 1e-9 && (points[5].0 - 1.0).abs() < 1e-9);
+        assert!(points.iter().all(|&(_, y)| (y - 50.0).abs() < 1e-9));
+        assert_eq!(span(SECOND), "1 s");
+        assert_eq!(span(SECOND / 2), "500 ms");
+    }
+
+    #[test]
+    fn one_dashed_line_per_target() {
+        let lines = target_lines(&[0.25, 0.25, 0.5], 3.0);
+        assert_eq!(lines.len(), 2);
+        assert_eq!(lines[0].name, "target 25 %");
+        assert_eq!(lines[0].color, GREY);
+        assert_eq!(lines[1].color, 2);
+        assert_eq!(lines[1].points, [(0.0, 50.0), (3.0, 50.0)]);
+    }
 }

@@ -1,8 +1,13 @@
-//! A scenario's world: the built programs, a private simulated node, and (with Tessera) a
-//! `controld` on a state dir of its own whose config declares the scenario's containers.
-//! Workloads are `gpuload` processes started the way `controld exec` starts a command in a
-//! container (`LD_PRELOAD=libtessera.so`, `TESSERA_REGION=<the container's region>`), or
-//! plainly, with no preload and no daemon, for the baseline.
+//! A scenario's world: the built programs, a GPU, and (with Tessera) a `controld` on a state
+//! dir of its own whose config declares the scenario's containers. Workloads are `gpuload`
+//! processes started the way `controld exec` starts a command in a container
+//! (`LD_PRELOAD=libtessera.so`, `TESSERA_REGION=<the container's region>`), or plainly, with
+//! no preload and no daemon, for the baseline.
+//!
+//! The GPU is a private simulated node by default. With `TESSERA_BENCH_DRIVER=system` it is
+//! whatever `libcuda.so.1` the environment resolves (a real GPU and its driver): nothing of
+//! simgpu is put on the programs' paths, and the ground truth is the progress each workload
+//! publishes (see [`crate::gpuload::Progress`]) instead of the node's busy time.
 
 use serde_json::Value;
 use std::ffi::OsStr;
@@ -17,6 +22,32 @@ use tessera_region::Region;
 
 /// The simulated device every scenario runs on.
 pub const DEVICE: &str = "A100-80GB";
+
+/// The environment variable that picks the [`Backend`]: `simgpu` (the default) or `system`.
+pub const BACKEND_ENV: &str = "TESSERA_BENCH_DRIVER";
+
+/// The GPU the scenarios run on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// A private simgpu node per scenario run, measured from the node's busy time.
+    Simgpu,
+    /// The driver the environment resolves (`libcuda.so.1` on the library path), shared by
+    /// every run, measured from the workloads' published progress.
+    System,
+}
+
+impl Backend {
+    /// The backend [`BACKEND_ENV`] names.
+    pub fn from_env() -> Result<Backend, String> {
+        match std::env::var(BACKEND_ENV).as_deref() {
+            Err(_) | Ok("" | "simgpu") => Ok(Backend::Simgpu),
+            Ok("system") => Ok(Backend::System),
+            Ok(other) => Err(format!(
+                "{BACKEND_ENV}={other}: expected `simgpu` or `system`"
+            )),
+        }
+    }
+}
 
 /// The programs a scenario runs, all from one cargo profile directory.
 #[derive(Debug, Clone)]
@@ -33,12 +64,15 @@ pub struct Bins {
     pub libtessera: PathBuf,
     /// What `simgpu lib-dir` prints: the simulated `libcuda.so.1` and `libnvidia-ml.so.1`.
     pub lib_dir: PathBuf,
+    /// The GPU the workloads use ([`BACKEND_ENV`] when found).
+    pub backend: Backend,
 }
 
 impl Bins {
     /// Finds the programs in `dir`. Builds nothing: a missing one is an error that names the
     /// `cargo build` command which makes it.
     pub fn find(dir: &Path) -> Result<Bins, String> {
+        let backend = Backend::from_env()?;
         let profile = match dir.file_name().and_then(OsStr::to_str) {
             Some("debug") => String::new(),
             Some("release") => " --release".to_string(),
@@ -89,6 +123,7 @@ impl Bins {
             simgpu,
             libtessera,
             lib_dir,
+            backend,
         })
     }
 
@@ -297,16 +332,28 @@ pub struct Testbed {
     bins: Bins,
     dir: TempDir,
     node_state: PathBuf,
+    /// On the system's driver: where the workloads publish their progress.
+    progress: Option<PathBuf>,
     node: simgpu::node::Node,
     specs: Vec<Spec>,
     daemon: Option<Proc>,
 }
 
 impl Testbed {
-    /// A fresh node with one [`DEVICE`]; with `tessera`, a `controld run` whose config
-    /// declares `specs`, started and answering.
+    /// A fresh node with one [`DEVICE`] (on the system's driver, a directory for the
+    /// workloads' progress instead; the node is made but nothing runs on it); with
+    /// `tessera`, a `controld run` whose config declares `specs`, started and answering.
     pub fn new(bins: &Bins, specs: &[Spec], tessera: bool) -> Result<Testbed, String> {
         let dir = TempDir::new()?;
+        let progress = match bins.backend {
+            Backend::Simgpu => None,
+            Backend::System => {
+                let p = dir.0.join("progress");
+                std::fs::create_dir(&p)
+                    .map_err(|e| format!("cannot create {}: {e}", p.display()))?;
+                Some(p)
+            }
+        };
         let node_state = dir.0.join("simgpu.state");
         let devices = simgpu::device::parse_devices(DEVICE).map_err(|e| e.to_string())?;
         let node = simgpu::node::Node::open_or_create(
@@ -319,6 +366,7 @@ impl Testbed {
             bins: bins.clone(),
             dir,
             node_state,
+            progress,
             node,
             specs: specs.to_vec(),
             daemon: None,
@@ -349,14 +397,58 @@ impl Testbed {
         Region::open(&path).map_err(|e| format!("cannot open {}: {e}", path.display()))
     }
 
-    /// The node's state file (`SIMGPU_STATE`).
+    /// The ground truth a [`super::Sampler`] reads: on simgpu the node's state file
+    /// (`SIMGPU_STATE`), on the system's driver the workloads' progress directory.
     pub fn node_state(&self) -> &Path {
-        &self.node_state
+        self.progress.as_deref().unwrap_or(&self.node_state)
     }
 
-    /// The node, for ground truth.
+    /// The simulated node, for ground truth on simgpu (on the system's driver nothing runs
+    /// on it: see [`Testbed::has_run`]).
     pub fn node(&self) -> &simgpu::node::Node {
         &self.node
+    }
+
+    /// The GPU the workloads use.
+    pub fn backend(&self) -> Backend {
+        self.bins.backend
+    }
+
+    /// Whether process `pid` has had GPU time: on simgpu the node charged it busy time; on
+    /// the system's driver it published a completed kernel.
+    pub fn has_run(&self, pid: u32) -> bool {
+        match &self.progress {
+            None => self
+                .node
+                .snapshot()
+                .processes
+                .iter()
+                .any(|s| s.pid == pid && s.devices.first().is_some_and(|d| d.busy_ns > 0)),
+            Some(dir) => crate::gpuload::Progress::open(&crate::gpuload::Progress::path(dir, pid))
+                .is_ok_and(|p| p.busy_ns() > 0),
+        }
+    }
+
+    /// Waits until every process of `procs` has had GPU time ([`Testbed::has_run`]); fails
+    /// if one exits first or `timeout` passes.
+    pub fn wait_running(&self, procs: &mut [&mut Proc], timeout: Duration) -> Result<(), String> {
+        let start = Instant::now();
+        loop {
+            if procs.iter().all(|p| self.has_run(p.pid())) {
+                return Ok(());
+            }
+            for p in procs.iter_mut() {
+                if !p.alive() {
+                    return Err(format!("process {} ended before it ran a kernel", p.pid()));
+                }
+            }
+            if start.elapsed() > timeout {
+                return Err(format!(
+                    "the workloads did not all run a kernel within {timeout:?}"
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 
     /// The daemon's pid.
@@ -365,16 +457,23 @@ impl Testbed {
     }
 
     /// A command on this node: simgpu's libraries on the library path, this node's state,
-    /// and nothing of `SIMGPU_*`, `TESSERA_*` or `LD_PRELOAD` inherited.
+    /// and nothing of `SIMGPU_*`, `TESSERA_*` or `LD_PRELOAD` inherited. On the system's
+    /// driver: the library path and `SIMGPU_*` as inherited (they pick the driver), and
+    /// where to publish progress.
     fn command(&self, program: &Path) -> Command {
         let mut cmd = Command::new(program);
+        let system = self.progress.is_some();
         for (key, _) in std::env::vars_os() {
             let k = key.to_string_lossy();
-            if k.starts_with("SIMGPU_") || k.starts_with("TESSERA_") {
+            if (k.starts_with("SIMGPU_") && !system) || k.starts_with("TESSERA_") {
                 cmd.env_remove(&key);
             }
         }
         cmd.env_remove("LD_PRELOAD");
+        if let Some(dir) = &self.progress {
+            cmd.env(crate::gpuload::PROGRESS_DIR_ENV, dir);
+            return cmd;
+        }
         let mut path = self.bins.lib_dir.as_os_str().to_owned();
         if let Some(old) = std::env::var_os("LD_LIBRARY_PATH").filter(|v| !v.is_empty()) {
             path.push(":");
