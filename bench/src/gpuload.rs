@@ -241,6 +241,8 @@ pub fn infer(
         "p99_ms": percentile(&latencies, 0.99),
         "max_ms": latencies.last().copied().unwrap_or(0.0),
         "mean_ms": mean,
+        // Every request, sorted: the scenario runner draws its distribution.
+        "latencies_ms": latencies,
     }))
 }
 

@@ -370,11 +370,15 @@ pub(crate) fn harvest(region: &Region, idle_check: bool) -> usize {
     {
         let mut guard = lock();
         let book = guard.book();
-        let now = monotonic_ns();
         let Book { tracks, pool, .. } = book;
         for track in tracks.values_mut() {
             while let Some(mark) = track.pending.front() {
                 let state = query_done(mark.end);
+                // Read after the query: the END had completed by then, so this is an upper
+                // bound on when it ran. A clock read before the query is not (the thread may
+                // be descheduled between the two while the END completes), and one such
+                // sample would pull the stream's anchor early for good.
+                let now = monotonic_ns();
                 if state == Some(false) {
                     break;
                 }

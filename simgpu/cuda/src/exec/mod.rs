@@ -96,6 +96,13 @@ pub(crate) struct Executor {
 /// an operation.
 const LAUNCH_FAILED: CUresult = 719;
 
+/// How long an executor holding the engine for a record waits for the kernel that follows.
+/// An assumption of simgpu's: a context whose channel runs dry keeps the engine this long
+/// before the GPU switches away, so that a launch queued a few microseconds after the
+/// record that marks its start does not go to the back of the queue between the two (which
+/// would put other processes' slices inside the measured interval).
+const LINGER: std::time::Duration = std::time::Duration::from_micros(200);
+
 /// Sequence numbers, process-wide so that they also order work across devices.
 static NEXT_SEQ: AtomicU64 = AtomicU64::new(1);
 
@@ -146,10 +153,26 @@ impl Executor {
         let engine = process.engine(self.device);
         let config = process.node().config();
         let mut holding = false;
+        // Whether the engine is held for a record that waited for it, with no kernel run
+        // since, and whether the executor has already waited a moment for one.
+        let mut held_for_record = false;
+        let mut lingered = false;
         let mut state = self.lock();
         loop {
             let Some((id, op, ready, stamp)) = state.pick() else {
+                if holding && held_for_record && !lingered {
+                    // A record is followed by the launch it marks a few microseconds later
+                    // (two driver calls): see `LINGER`.
+                    lingered = true;
+                    state = self
+                        .wake
+                        .wait_timeout(state, LINGER)
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0;
+                    continue;
+                }
                 if holding {
+                    held_for_record = false;
                     drop(state);
                     engine.idle();
                     holding = false;
@@ -173,6 +196,12 @@ impl Executor {
             }
             let is_record = matches!(op.work, Work::Record(..));
             let is_kernel = matches!(op.work, Work::Kernel(..));
+            lingered = false;
+            held_for_record = if is_kernel {
+                false
+            } else {
+                held_for_record || (is_record && stamp == Stamp::WhenScheduled)
+            };
             let outcome = catch_unwind(AssertUnwindSafe(|| {
                 execute(op.work, ready, stamp, &ctx, &engine, &config, &mut holding)
             }));
