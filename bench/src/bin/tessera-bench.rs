@@ -283,6 +283,9 @@ fn command_line() -> String {
 
 fn report(args: &Args, build: bool, criterion: bool, out: &Path) -> ExitCode {
     let start = Instant::now();
+    // The commit the run measures: read before the build, so that edits made while it runs
+    // are not credited to it.
+    let commit = scenario::commit(&workspace());
     let verbose = args.options.verbose;
     let mut phases = Vec::new();
     if build {
@@ -327,7 +330,7 @@ fn report(args: &Args, build: bool, criterion: bool, out: &Path) -> ExitCode {
     let report = Report {
         info: RunInfo {
             command: command_line(),
-            commit: scenario::commit(&workspace()),
+            commit,
             machine: scenario::machine(),
             date: scenario::today(),
         },

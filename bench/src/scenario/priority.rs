@@ -381,8 +381,10 @@ fn watch_preemptions(
             wait_idle(on, &stop);
             continue;
         };
-        // Relaxed: a counter, compared with itself while the block holds.
-        let launches = off.launches.load(Ordering::Relaxed);
+        // SeqCst: after the SeqCst load that saw the block, so that every launch the
+        // library counted before the block landed is in this figure (the library counts,
+        // then checks the block again).
+        let launches = off.launches.load(Ordering::SeqCst);
         std::thread::sleep(Duration::from_micros(500));
         // Relaxed: the daemon stamps right after its store of `blocked`; half a
         // millisecond later the stamp is there. One older than the raise means the block

@@ -287,8 +287,21 @@ fn try_admit(acct: &ComputeAccount, device: usize) -> Result<(), Refusal> {
     {
         return Err(Refusal::WindowFull);
     }
+    // SeqCst (both): a block that lands after the check above but before this launch is
+    // counted must still stop it. Counting first and checking again orders the two: either
+    // this load sees the daemon's store, or the count came before that store in the single
+    // total order, so anyone who reads the count after seeing the block sees this launch
+    // among those admitted before it.
+    acct.launches.fetch_add(1, Ordering::SeqCst);
+    if acct.blocked.load(Ordering::SeqCst) != 0 {
+        // Relaxed (both): taking back the count and the place just taken.
+        acct.launches.fetch_sub(1, Ordering::Relaxed);
+        let _ = acct
+            .inflight
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+        return Err(Refusal::Blocked);
+    }
     measure::count_mine(device);
-    acct.launches.fetch_add(1, Ordering::Relaxed);
     Ok(())
 }
 
