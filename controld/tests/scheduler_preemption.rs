@@ -1,8 +1,8 @@
 //! Online work preempts offline work without waiting for a tick: `controld`'s preemption
 //! thread sleeps on the online containers' `active` words and blocks the offline containers
-//! of the GPU within microseconds of a raise; the tick lifts the block once online work
-//! stops. Driven by a fake offline application and by this test acting as the online
-//! container's library.
+//! of the GPU within microseconds of a raise, and lifts the block when the online library
+//! drops the word again (and wakes it) once online work stops. Driven by a fake offline
+//! application and by this test acting as the online container's library.
 
 mod scheduler_support;
 
@@ -56,8 +56,9 @@ fn online_work_blocks_offline_work_at_once_and_the_block_lifts_when_it_stops() {
             during <= 1,
             "round {round}: {during} offline kernels ran while blocked"
         );
-        // Online work ends: the next tick lifts the block.
+        // Online work ends: what the online library does when nothing is left in flight.
         w.active.store(0, Ordering::SeqCst);
+        w.wake_active();
         let lifted = wait_until(Duration::from_secs(1), "the block lifted", || {
             b.blocked.load(Ordering::SeqCst) == 0
         });

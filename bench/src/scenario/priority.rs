@@ -385,6 +385,10 @@ fn watch_preemptions(
         // library counted before the block landed is in this figure (the library counts,
         // then checks the block again).
         let launches = off.launches.load(Ordering::SeqCst);
+        // Relaxed: the daemon counts each block as it sets it; a change by the end means
+        // the block was lifted and set again meanwhile (the online job went idle between
+        // two kernels), when offline launches were allowed.
+        let blocks = off.preemptions.load(Ordering::Relaxed);
         std::thread::sleep(Duration::from_micros(500));
         // Relaxed: the daemon stamps right after its store of `blocked`; half a
         // millisecond later the stamp is there. One older than the raise means the block
@@ -397,7 +401,9 @@ fn watch_preemptions(
                 blocked_at.saturating_sub(raised)
             });
         let refused = off.blocked_seen_ns.load(Ordering::Relaxed);
-        if off.blocked.load(Ordering::SeqCst) != 0 {
+        if off.blocked.load(Ordering::SeqCst) != 0
+            && off.preemptions.load(Ordering::Relaxed) == blocks
+        {
             seen.admitted_while_blocked += off
                 .launches
                 .load(Ordering::Relaxed)

@@ -213,8 +213,9 @@ pub(super) fn block(a: &ComputeAccount) {
 }
 
 /// Lifts a block, clears the library's record of when it saw one, and wakes the launches
-/// sleeping in the gate. Whoever unblocks reads the online words again afterwards and
-/// blocks again if online work came meanwhile (see `GpuScheduler::tick`).
+/// sleeping in the gate. Where online containers share the GPU only the preemption thread
+/// lifts blocks, and it reads the online words again afterwards and blocks again if online
+/// work came meanwhile.
 pub(super) fn unblock(a: &ComputeAccount) {
     // SeqCst (both): the refiller's "change the block, then wake" of the gate protocol
     // (`ComputeAccount::wake_gate`). The load first: see `block`.
@@ -278,11 +279,12 @@ impl GpuScheduler {
             e.observe(gpu, now);
         }
 
-        // Decide and apply priority from fresh reads. The preemption thread blocks offline
-        // containers without asking anyone; an unblock written here from reads older than
-        // an online raise must not stand, so after unblocking, the online words are read
-        // again (SeqCst: either that read sees the raise, or the preemption thread's block
-        // comes after this unblock in the single total order and wins).
+        // Decide, and block. Lifting a block is the preemption thread's alone wherever an
+        // online container shares the GPU: it lifts it when the online work's `active`
+        // word drops, and blocks again the moment it rises. A tick lifting it from claims
+        // read a moment ago could let an offline launch through between an online raise
+        // and the block that follows it. Where no online container is on the GPU any more
+        // (a roster change), the tick lifts what is left.
         let claims: Vec<Claim> = self
             .entries
             .iter()
@@ -292,31 +294,16 @@ impl GpuScheduler {
                 demanding: has_work(&e.member, gpu),
             })
             .collect();
-        let mut decisions = rates::decide(&claims);
-        let mut unblocked_offline = false;
+        let decisions = rates::decide(&claims);
+        let online_here = self
+            .entries
+            .iter()
+            .any(|e| e.member.priority == Priority::Online);
         for (e, d) in self.entries.iter().zip(&decisions) {
             if d.blocked {
                 block(e.account(gpu));
-            } else {
+            } else if !online_here {
                 unblock(e.account(gpu));
-                unblocked_offline |= e.member.priority == Priority::Offline;
-            }
-        }
-        let online_now = || {
-            self.entries
-                .iter()
-                .any(|e| e.member.priority == Priority::Online && has_work(&e.member, gpu))
-        };
-        if unblocked_offline && online_now() {
-            for (e, d) in self.entries.iter().zip(&mut decisions) {
-                if e.member.priority == Priority::Offline {
-                    block(e.account(gpu));
-                    *d = Decision {
-                        share_ppm: 0,
-                        rate_ppm: 0,
-                        blocked: true,
-                    };
-                }
             }
         }
 

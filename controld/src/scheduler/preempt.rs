@@ -83,9 +83,9 @@ pub(super) fn run(shared: &Shared) {
                 seen.push(m.region.compute(c.gpu).active.load(Ordering::SeqCst));
                 busy |= has_work(m, c.gpu);
             }
-            // No lock: the tick decides the same way. Whoever unblocks reads the online
-            // words again afterwards and blocks again if work came meanwhile (see
-            // `GpuScheduler::tick`), so a raise is never undone by a stale unblock.
+            // No lock: the tick may block too (it decides the same way) but never lifts a
+            // block on a GPU with online containers; this thread alone does, and reads the
+            // online words again afterwards, blocking again if work came meanwhile.
             if busy {
                 for m in &c.offline {
                     block(m.region.compute(c.gpu));
