@@ -4,28 +4,15 @@
 //! `bench/gpu-check.sh` runs end to end and writes its report; without a GPU and without the
 //! override it says so and exits 0.
 
+mod compute;
+
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
 use tessera_tests::{
-    artifacts, assert_success, cargo, cargo_build, run_with_timeout, stdout_json, timing_lock,
-    workspace_root, SimNode,
+    artifacts, assert_success, run_with_timeout, stdout_json, timing_lock, workspace_root, SimNode,
 };
-
-/// The programs of this build, controld included (the scenarios start it).
-fn bin_dir() -> &'static Path {
-    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    BUILT.get_or_init(|| {
-        let arts = artifacts();
-        let mut build = Command::new(cargo());
-        build
-            .current_dir(workspace_root())
-            .args(["build", "-p", "tessera-controld"]);
-        cargo_build(&mut build, &arts.profile, "controld");
-        arts.profile_dir.clone()
-    })
-}
 
 /// A folder of its own under the temp dir, removed on drop.
 struct Scratch(PathBuf);
@@ -143,7 +130,7 @@ fn probe_reports_each_call() {
 /// `tessera-bench scenario NAME` with `env` added, on a node of its own; its stdout table.
 fn scenario(name: &str, env: &[(&str, &str)]) -> (Output, String) {
     let node = SimNode::new("A100-80GB", &[]);
-    let mut cmd = node.command(bin_dir().join("tessera-bench"));
+    let mut cmd = node.command(compute::bin_dir().join("tessera-bench"));
     cmd.args(["scenario", name, "--seconds", "2", "--no-baseline"])
         .args(["--quiet"])
         .envs(env.iter().copied());
@@ -254,7 +241,7 @@ fn the_check_runs_end_to_end_on_simgpu() {
     cmd.arg(script())
         .arg(&target)
         .env("TESSERA_GPU_CHECK_DRIVER_DIR", &artifacts().lib_dir)
-        .env("TESSERA_GPU_CHECK_BIN_DIR", bin_dir())
+        .env("TESSERA_GPU_CHECK_BIN_DIR", compute::bin_dir())
         .env("TESSERA_GPU_CHECK_QUICK", "1")
         .env("TESSERA_GPU_CHECK_SECONDS", "1")
         .env("TESSERA_GPU_CHECK_SCENARIOS", "fixed-alone")

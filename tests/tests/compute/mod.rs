@@ -4,24 +4,31 @@
 // Each test binary uses only some of these.
 #![allow(dead_code)]
 
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 use tessera_bench::scenario::{self, Bins, Options, Outcome};
 use tessera_tests::{artifacts, cargo, cargo_build, workspace_root};
 
-/// The programs of this build: the test support builds simgpu, gpuload and libtessera.so;
-/// controld is built here, into the same profile.
-pub fn bins() -> &'static Bins {
-    static BINS: OnceLock<Bins> = OnceLock::new();
-    BINS.get_or_init(|| {
+/// Where the programs of this build are: the test support builds simgpu, gpuload and
+/// libtessera.so; controld is built here, into the same profile.
+pub fn bin_dir() -> &'static Path {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT.get_or_init(|| {
         let arts = artifacts();
         let mut build = Command::new(cargo());
         build
             .current_dir(workspace_root())
             .args(["build", "-p", "tessera-controld"]);
         cargo_build(&mut build, &arts.profile, "controld");
-        Bins::find(&arts.profile_dir).unwrap_or_else(|e| panic!("{e}"))
+        arts.profile_dir.clone()
     })
+}
+
+/// The programs of this build, as the scenario runner finds them.
+pub fn bins() -> &'static Bins {
+    static BINS: OnceLock<Bins> = OnceLock::new();
+    BINS.get_or_init(|| Bins::find(bin_dir()).unwrap_or_else(|e| panic!("{e}")))
 }
 
 /// Runs scenario `name` with a main phase of `seconds`, without the baseline, and prints
