@@ -3,9 +3,10 @@
 //! The library charges each completed kernel's event interval to its container's bins. When
 //! several containers have work on one GPU, the GPU time-slices them, and a slice that cuts
 //! into a kernel lies inside that kernel's interval, so one millisecond can hold more than
-//! a millisecond of raw busy time. Settling scales every bin whose containers' raw times add up to more than its
-//! length down to that length, in proportion; the difference is refunded to the containers'
-//! buckets. A container alone keeps exactly what it was charged.
+//! a millisecond of raw busy time. Settling scales every bin whose containers' raw times
+//! add up to more than its length down to that length, in proportion; the difference is
+//! refunded to the containers' buckets. A container alone keeps exactly what it was
+//! charged.
 
 /// A bin's length: one millisecond.
 pub const BIN_NS: u64 = 1_000_000;
