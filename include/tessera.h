@@ -104,7 +104,7 @@ struct tessera_compute_account {
     uint32_t local_share_ppm;  /* atomic (l): share of TESSERA_COMPUTE, in ppm */
     uint32_t share_target_ppm; /* atomic (d): share given now, in ppm */
     uint32_t share_measured_ppm; /* atomic (d): share measured lately, in ppm */
-    uint32_t reserved0;        /* zero */
+    uint32_t board_bit;        /* atomic (d): the container's bit on the board + 1; 0 none */
     uint64_t preemptions;      /* atomic (d): times blocked for online work */
     uint8_t reserved1[24];     /* zero */
     uint32_t gate;             /* atomic futex word (refiller): bumped on refill or unblock */
@@ -119,7 +119,8 @@ struct tessera_compute_account {
     uint64_t active_raised_ns; /* atomic (l): when an online container last raised active */
     uint64_t blocked_seen_ns;  /* atomic (l; d clears): first launch that found it blocked */
     uint64_t blocked_at_ns;    /* atomic (d): when controld last set blocked */
-    uint8_t reserved2[48];     /* zero */
+    uint64_t board_set_ns;     /* atomic (l): when an online container last set its board bit */
+    uint8_t reserved2[40];     /* zero */
     uint64_t busy_bins[TESSERA_BUSY_BINS]; /* atomic (l adds, d empties): packed 1 ms bins */
 };
 
@@ -140,6 +141,18 @@ struct tessera_region {
     struct tessera_process_entry processes[TESSERA_MAX_PROCESSES];
 };
 
+/* The node's priority board: the file `board` beside the regions. Per device, a bit per
+ * online container with work there (set and cleared by that container's libtessera, bits
+ * assigned and reaped by controld); an offline container launches nothing while its
+ * device's word is not zero. */
+#define TESSERA_BOARD_MAGIC "TSRBOARD"
+struct tessera_board {
+    char magic[8];             /* TESSERA_BOARD_MAGIC, no NUL */
+    uint32_t abi_version;      /* TESSERA_ABI_VERSION */
+    uint8_t reserved[52];      /* zero */
+    uint64_t online[TESSERA_MAX_DEVICES]; /* atomic: bits of online containers with work */
+};
+
 #define TESSERA_REGION_SIZE \
     (128u + (64u + 192u + 8u * TESSERA_BUSY_BINS) * TESSERA_MAX_DEVICES + \
      192u * TESSERA_MAX_PROCESSES)
@@ -151,6 +164,7 @@ _Static_assert(sizeof(struct tessera_compute_account) == 192 + 8 * TESSERA_BUSY_
                "compute account size");
 _Static_assert(sizeof(struct tessera_process_entry) == 192, "three cache lines");
 _Static_assert(sizeof(struct tessera_region) == TESSERA_REGION_SIZE, "region size");
+_Static_assert(sizeof(struct tessera_board) == 64 + 8 * TESSERA_MAX_DEVICES, "board size");
 #endif
 
 #endif /* TESSERA_H */

@@ -167,8 +167,20 @@ impl Daemon {
             crate::log::info(&line);
         }
         let listener = crate::api::bind(&socket)?;
-        let scheduler =
-            crate::scheduler::Scheduler::spawn(state.roster()).map_err(DaemonError::Setup)?;
+        // The node's priority board beside the regions; without one (a file in the way),
+        // online work stops offline work through the preemption thread alone.
+        let board_path = dir.join(tessera_region::BOARD_FILE);
+        let board = match tessera_region::Board::create(&board_path) {
+            Ok(board) => Some(board),
+            Err(e) => {
+                crate::log::error(&format!(
+                    "{e}; online work stops offline work through controld alone"
+                ));
+                None
+            }
+        };
+        let scheduler = crate::scheduler::Scheduler::spawn(state.roster(), board)
+            .map_err(DaemonError::Setup)?;
         let core = Arc::new(Core::new(state));
         let stop = Arc::new(AtomicBool::new(false));
         let mut threads =

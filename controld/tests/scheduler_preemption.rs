@@ -147,3 +147,50 @@ fn offline_containers_share_the_gpu_while_online_is_idle_and_get_nothing_while_i
         batch.compute(0).blocked.load(Ordering::SeqCst) == 0
     });
 }
+
+/// The daemon keeps the node's priority board beside the regions: each online container
+/// gets a bit of its GPU's word (offline ones none), and bits no online container owns are
+/// dropped at the next tick.
+#[test]
+fn online_containers_get_board_bits_and_strays_are_dropped() {
+    let _serial = serial();
+    let daemon = Daemon::start(
+        "board",
+        &config(&[
+            ("web", "best-effort", "online"),
+            ("api", "burst:20", "online"),
+            ("batch", "best-effort", "offline"),
+        ]),
+    );
+    let board = tessera_region::Board::open(&daemon.state_dir().join(tessera_region::BOARD_FILE))
+        .expect("controld makes the board");
+    let bit = |name: &str| {
+        daemon
+            .region(name)
+            .compute(0)
+            .board_bit
+            .load(Ordering::Relaxed)
+    };
+    wait_until(
+        Duration::from_secs(2),
+        "bits given to both online containers",
+        || bit("web") != 0 && bit("api") != 0,
+    );
+    assert_ne!(bit("web"), bit("api"), "one bit each");
+    assert_eq!(bit("batch"), 0, "offline containers set no bit");
+    // A bit that belongs to no container (a process of a container since removed, say).
+    board.set(0, 40);
+    wait_until(Duration::from_secs(1), "the stray bit dropped", || {
+        board.online(0) & (1 << 40) == 0
+    });
+    // An online container's own bit stays while it is there.
+    let web = bit("web") - 1;
+    board.set(0, web);
+    std::thread::sleep(Duration::from_millis(50));
+    assert_ne!(
+        board.online(0) & (1 << web),
+        0,
+        "a live container's bit was dropped"
+    );
+    board.clear(0, web);
+}

@@ -12,7 +12,9 @@ use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 use tessera_region::layout::MEASURE_LOCK;
-use tessera_region::{units, OverCap, ProcessSlot, Region, RegionInit, MAX_DEVICES};
+use tessera_region::{
+    units, Board, OverCap, ProcessSlot, Region, RegionInit, BOARD_FILE, MAX_DEVICES,
+};
 
 /// Per-device memory caps: `None` is unlimited.
 pub(crate) type MemoryCaps = [Option<u64>; MAX_DEVICES];
@@ -25,6 +27,8 @@ pub(crate) struct Container {
 }
 
 static REGION: OnceLock<Region> = OnceLock::new();
+/// The node's priority board beside the region file, where `controld` keeps one.
+static BOARD: OnceLock<Board> = OnceLock::new();
 static CONTAINER: OnceLock<Option<Container>> = OnceLock::new();
 
 /// This process's slot, leaked once claimed; null until the first reservation and again in
@@ -70,7 +74,10 @@ fn open_region(caps: &MemoryCaps) -> Option<Region> {
             memory_caps: *caps,
         };
         match Region::open_or_create(path, &init) {
-            Ok(region) => return Some(region),
+            Ok(region) => {
+                open_board(path);
+                return Some(region);
+            }
             Err(e) => crate::tlog!(
                 error,
                 "{e}; this process falls back to the memory limits of its environment"
@@ -88,6 +95,32 @@ fn open_region(caps: &MemoryCaps) -> Option<Region> {
             None
         }
     }
+}
+
+/// Maps the board in the region's directory, if `controld` made one there: for writing
+/// where the file allows it (online containers), else for reading.
+fn open_board(region: &Path) {
+    let Some(path) = region.parent().map(|d| d.join(BOARD_FILE)) else {
+        return;
+    };
+    if !path.exists() {
+        return;
+    }
+    match Board::open(&path) {
+        Ok(board) => {
+            let _ = BOARD.set(board);
+        }
+        Err(e) => crate::tlog!(
+            warn,
+            "{e}; online work here stops offline work through controld alone"
+        ),
+    }
+}
+
+/// The node's priority board, if this container has one.
+#[inline]
+pub(crate) fn board() -> Option<&'static Board> {
+    BOARD.get()
 }
 
 /// The name of a container that has no region file, or whose file name makes no name.

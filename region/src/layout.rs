@@ -139,8 +139,10 @@ pub struct ComputeAccount {
     pub share_target_ppm: AtomicU32,
     /// The share the container got lately (normalised), in ppm. Written by `controld`.
     pub share_measured_ppm: AtomicU32,
-    /// Zero.
-    pub reserved0: u32,
+    /// The container's bit on the node's [`BoardLayout`] plus one, 0 for none: an online
+    /// container's library sets bit `board_bit - 1` of the device's word there while it
+    /// has work. Written by `controld`.
+    pub board_bit: AtomicU32,
     /// Times `controld` blocked the container for online work. Written by `controld`.
     pub preemptions: AtomicU64,
     /// Zero; ends the first cache line.
@@ -179,8 +181,12 @@ pub struct ComputeAccount {
     /// When `controld` last set `blocked` (stamped right after the store). Written by
     /// `controld`; with `active_raised_ns` it gives the preemption latency.
     pub blocked_at_ns: AtomicU64,
+    /// When the library of an online container last set its bit on the board (from clear),
+    /// on the node clock, right after the store: from then on offline launches on the
+    /// device are refused. With `active_raised_ns` it gives the preemption latency.
+    pub board_set_ns: AtomicU64,
     /// Zero; ends the third cache line.
-    pub reserved2: [u8; 48],
+    pub reserved2: [u8; 40],
     /// Ring of 1 ms bins of busy time, the bin of millisecond `ms` at `ms % BUSY_BINS`;
     /// each packs `(ms + 1) << BUSY_NS_BITS | ns` (0: empty). Added to by the library as
     /// kernels complete, emptied by `controld` when it settles them.
@@ -199,6 +205,35 @@ pub struct RegionLayout {
     /// The process table.
     pub processes: [ProcessEntry; MAX_PROCESSES],
 }
+
+/// First bytes of the node's board file.
+pub const BOARD_MAGIC: [u8; 8] = *b"TSRBOARD";
+
+/// The node's priority board, one file beside the regions (`board` in `controld`'s state
+/// dir): a word per device whose bits say which online containers have work there. The
+/// library of an online container sets its bit at its first launch after idle and clears
+/// it when nothing is left in flight; an offline container's library refuses to launch
+/// while its device's word is not zero. Online work so stops offline launches with one
+/// store, without waiting for the daemon; `controld` assigns the bits (`board_bit` in each
+/// region), clears those of containers that are gone, and still blocks offline regions
+/// itself. Every value is untrusted: any non-zero word means online work.
+#[repr(C, align(64))]
+pub struct BoardLayout {
+    /// [`BOARD_MAGIC`].
+    pub magic: [u8; 8],
+    /// [`ABI_VERSION`].
+    pub abi_version: u32,
+    /// Zero.
+    pub reserved: [u8; 52],
+    /// Per device, a bit per online container with work there.
+    pub online: [AtomicU64; MAX_DEVICES],
+}
+
+/// Size of the board file.
+pub const BOARD_SIZE: usize = size_of::<BoardLayout>();
+
+const _: () = assert!(offset_of!(BoardLayout, online) == 64);
+const _: () = assert!(BOARD_SIZE == 64 + 8 * MAX_DEVICES);
 
 /// Size of the header.
 pub const HEADER_SIZE: usize = size_of::<Header>();
@@ -239,7 +274,9 @@ const _: () = assert!(offset_of!(ComputeAccount, launches) == 112);
 const _: () = assert!(offset_of!(ComputeAccount, active_raised_ns) == 120);
 const _: () = assert!(offset_of!(ComputeAccount, blocked_seen_ns) == 128);
 const _: () = assert!(offset_of!(ComputeAccount, blocked_at_ns) == 136);
-const _: () = assert!(offset_of!(ComputeAccount, reserved2) == 144);
+const _: () = assert!(offset_of!(ComputeAccount, board_bit) == 28);
+const _: () = assert!(offset_of!(ComputeAccount, board_set_ns) == 144);
+const _: () = assert!(offset_of!(ComputeAccount, reserved2) == 152);
 const _: () = assert!(offset_of!(ComputeAccount, busy_bins) == 192);
 const _: () = assert!(size_of::<ComputeAccount>() == 192 + 8 * BUSY_BINS);
 const _: () = assert!(size_of::<ComputeAccount>().is_multiple_of(64));
@@ -314,7 +351,7 @@ pub fn describe() -> Vec<FieldLayout> {
             ComputeAccount,
             share_measured_ppm
         ),
-        field!("tessera_compute_account", ComputeAccount, reserved0),
+        field!("tessera_compute_account", ComputeAccount, board_bit),
         field!("tessera_compute_account", ComputeAccount, preemptions),
         field!("tessera_compute_account", ComputeAccount, reserved1),
         field!("tessera_compute_account", ComputeAccount, gate),
@@ -329,6 +366,7 @@ pub fn describe() -> Vec<FieldLayout> {
         field!("tessera_compute_account", ComputeAccount, active_raised_ns),
         field!("tessera_compute_account", ComputeAccount, blocked_seen_ns),
         field!("tessera_compute_account", ComputeAccount, blocked_at_ns),
+        field!("tessera_compute_account", ComputeAccount, board_set_ns),
         field!("tessera_compute_account", ComputeAccount, reserved2),
         field!("tessera_compute_account", ComputeAccount, busy_bins),
         whole!("tessera_process_entry", ProcessEntry),
@@ -341,6 +379,11 @@ pub fn describe() -> Vec<FieldLayout> {
         field!("tessera_region", RegionLayout, devices),
         field!("tessera_region", RegionLayout, compute),
         field!("tessera_region", RegionLayout, processes),
+        whole!("tessera_board", BoardLayout),
+        field!("tessera_board", BoardLayout, magic),
+        field!("tessera_board", BoardLayout, abi_version),
+        field!("tessera_board", BoardLayout, reserved),
+        field!("tessera_board", BoardLayout, online),
     ]
 }
 

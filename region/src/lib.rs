@@ -23,6 +23,7 @@
 
 #![warn(missing_docs)]
 
+pub mod board;
 pub mod compute;
 mod error;
 mod file;
@@ -33,6 +34,7 @@ mod name;
 mod slot;
 pub mod units;
 
+pub use board::{Board, BOARD_FILE};
 pub use compute::{
     monotonic_ns, BusyBin, Woken, LOCAL_BURST_NS, LOCAL_REFILL_NS, LOCAL_SETTLE_MS, MAX_DEBT_NS,
 };

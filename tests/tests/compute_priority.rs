@@ -6,9 +6,11 @@
 //! build adds the library's own cost to every launch: the tail swings by tens of percent
 //! from run to run. So these tests hold what priority must change whatever the noise — the
 //! online median stays near its median alone (plain time-slicing doubles it), the offline
-//! job fills the idle time, its window is one kernel, and no offline launch is admitted while
-//! blocked — and the tail figures (online p99 ≤ 1.10 × alone, preemption p99 ≤ 100 µs) are
-//! held by the scenario runner in release over 10 s and reported in `bench/RESULTS.md`.
+//! job fills the idle time, its window is one kernel, no offline launch is admitted while
+//! blocked, and offline work stops within microseconds at the median (through the node's
+//! board, a store with no wake-up in its path) — and the tails (online p99 ≤ 1.10 × alone,
+//! preemption p99 ≤ 100 µs) are held by the scenario runner in release over 10 s and
+//! reported in `bench/RESULTS.md`.
 
 mod compute;
 
@@ -36,7 +38,7 @@ fn online_latency_holds_beside_offline_work_that_fills_the_idle_time() {
 }
 
 #[test]
-fn offline_stops_within_100_us_of_an_online_launch() {
+fn offline_stops_microseconds_after_an_online_launch() {
     let _serial = timing_lock();
     let o = run("preemption", 3.0);
     assert!(o.figure("samples") >= 40.0, "too few activations seen");
@@ -48,15 +50,25 @@ fn offline_stops_within_100_us_of_an_online_launch() {
         0.0,
         "offline launches admitted while blocked"
     );
+    // The online library's own store on the node's board stops the offline launches: no
+    // wake-up of anyone is in that path, so the median is a few microseconds (the daemon's
+    // path takes tens). The p99 of 60 episodes is their worst, which a descheduled online
+    // thread sets: held at 100 µs by the runner, in release over 200 episodes.
     assert!(
-        o.figure("p50_us") <= 100.0,
-        "p50 {:.0} µs",
+        o.figure("p50_us") <= 10.0,
+        "p50 {:.0} µs from the online launch to the offline container stopped",
         o.figure("p50_us")
     );
-    // The scheduler ticks every 5 ms; the block comes from the futex wake-up, far sooner.
     assert!(
         o.figure("p99_us") <= 1000.0,
-        "p99 {:.0} µs",
+        "p99 {:.0} µs from the online launch to the offline container stopped",
         o.figure("p99_us")
+    );
+    // Without the board, controld's preemption thread blocks the offline region from the
+    // futex wake-up: far sooner than the scheduler's 5 ms tick.
+    assert!(
+        o.figure("daemon_p99_us") <= 1000.0,
+        "p99 {:.0} µs from the online launch to controld's block",
+        o.figure("daemon_p99_us")
     );
 }

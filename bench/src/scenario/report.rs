@@ -299,9 +299,12 @@ time simgpu's engine charged to each process and the device memory it holds, rea
 node state every 100 ms (every 1 ms in `burst-join`, 10 ms in `memory-caps`, 20 ms in
 `online-offline`) and summed per container; `gpuload infer`'s request latencies;
 `controld`'s CPU time from `/proc/<pid>/stat`. Preemption latency runs from the online
-library's stamp at the launch call (`active_raised_ns`) until the daemon's stamp right
-after its store of the offline region's `blocked` word (`blocked_at_ns`); a watcher
-follows each episode and counts offline launches admitted while blocked. The baseline runs
+library's stamp at the launch call (`active_raised_ns`) until the offline container is
+stopped: the online library's stamp right after it sets its bit on the node's board
+(`board_set_ns`), from which instant the offline library refuses every launch, or the
+daemon's stamp right after its store of the offline region's `blocked` word
+(`blocked_at_ns`) if that came first; the daemon's path alone is shown too. A watcher
+follows each episode and counts offline launches admitted while stopped. The baseline runs
 the same workloads without Tessera: no preload, no daemon, no caps, plain time-slicing.
 ";
 

@@ -11,7 +11,7 @@ use tessera_region::layout::{
     ComputeAccount, COMPUTE_DAEMON, COMPUTE_LOCAL, COMPUTE_UNLIMITED, DEFAULT_WINDOW,
     PRIORITY_OFFLINE, PRIORITY_ONLINE,
 };
-use tessera_region::{monotonic_ns, Region, MAX_DEVICES};
+use tessera_region::{monotonic_ns, Board, Region, MAX_DEVICES};
 
 /// Bins are settled once they are this old: by then every harvest that could add to them
 /// has (the library harvests at least every millisecond while it has work in flight).
@@ -52,7 +52,7 @@ pub(super) fn run(shared: &Shared) {
         }
         let now = monotonic_ns();
         for g in &mut gpus {
-            g.tick(now);
+            g.tick(now, shared.board.as_ref());
         }
         if gpus.is_empty() {
             std::thread::sleep(IDLE_SLEEP);
@@ -68,7 +68,7 @@ pub(super) fn run(shared: &Shared) {
         std::thread::sleep(Duration::from_nanos(next - now));
     }
     for g in &gpus {
-        g.hand_over_all();
+        g.hand_over_all(shared.board.as_ref());
     }
 }
 
@@ -89,7 +89,7 @@ fn rebuild(mut old: Vec<GpuScheduler>, members: &[Arc<Member>]) -> Vec<GpuSchedu
             .find(|g| g.gpu == gpu)
             .map(|g| std::mem::take(&mut g.entries))
             .unwrap_or_default();
-        let entries = on
+        let mut entries: Vec<Entry> = on
             .into_iter()
             .map(
                 |m| match previous.iter().position(|e| Arc::ptr_eq(&e.member, m)) {
@@ -98,6 +98,7 @@ fn rebuild(mut old: Vec<GpuScheduler>, members: &[Arc<Member>]) -> Vec<GpuSchedu
                 },
             )
             .collect();
+        assign_board_bits(&mut entries);
         let last_tick_ns = old
             .iter()
             .find(|g| g.gpu == gpu)
@@ -133,6 +134,8 @@ struct Entry {
     progress_ns: u64,
     /// When its live processes were last counted (for staleness).
     checked_ns: u64,
+    /// An online container's bit on the node's board for this GPU (kept while it stays).
+    board_bit: Option<u32>,
 }
 
 impl Entry {
@@ -144,6 +147,7 @@ impl Entry {
             progress: [0; 3],
             progress_ns: 0,
             checked_ns: 0,
+            board_bit: None,
         }
     }
 
@@ -176,6 +180,28 @@ impl Entry {
             let dead = self.member.region.processes().is_empty();
             // Relaxed: as above.
             stale.store(dead, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Gives every online container on the GPU a bit of the board's word (keeping the bits of
+/// those that had one; at most 64, the rest go without and are stopped by the preemption
+/// thread alone); offline containers have none.
+fn assign_board_bits(entries: &mut [Entry]) {
+    let mut taken = 0u64;
+    for e in entries.iter_mut() {
+        if e.member.priority != Priority::Online {
+            e.board_bit = None;
+        }
+        if let Some(bit) = e.board_bit {
+            taken |= 1 << bit;
+        }
+    }
+    for e in entries.iter_mut() {
+        if e.member.priority == Priority::Online && e.board_bit.is_none() && taken != u64::MAX {
+            let bit = (!taken).trailing_zeros();
+            taken |= 1 << bit;
+            e.board_bit = Some(bit);
         }
     }
 }
@@ -265,8 +291,8 @@ pub(super) fn hand_over(region: &Region, gpu: usize, share_ppm: u32) {
 }
 
 impl GpuScheduler {
-    /// One tick: settle, decide, block, refill, wake.
-    fn tick(&mut self, now: u64) {
+    /// One tick: settle, decide, block, refill, wake; and keep the board's bits.
+    fn tick(&mut self, now: u64, board: Option<&Board>) {
         let tick_ns = TICK.as_nanos() as u64;
         let step = match self.last_tick_ns {
             0 => tick_ns,
@@ -331,10 +357,32 @@ impl GpuScheduler {
                     Priority::Offline => OFFLINE_WINDOW,
                 },
             );
+            store_if_changed(
+                &a.board_bit,
+                match (board, e.board_bit) {
+                    (Some(_), Some(bit)) => bit + 1,
+                    _ => 0,
+                },
+            );
             store_if_changed(&a.share_target_ppm, d.rate_ppm);
             store_if_changed(&a.share_measured_ppm, e.window.share_ppm());
             refill(a, d, step, refund, now);
         }
+        if let Some(board) = board {
+            self.keep_board(board);
+        }
+    }
+
+    /// Drops the board bits of this GPU that belong to no online container still here and
+    /// alive (a crashed process leaves its bit set, as it leaves `active` up).
+    fn keep_board(&self, board: &Board) {
+        let mask = self
+            .entries
+            .iter()
+            .filter(|e| !e.member.is_stale())
+            .filter_map(|e| e.board_bit)
+            .fold(0u64, |m, bit| m | 1 << bit);
+        board.retain(self.gpu, mask);
     }
 
     /// Settles every container's bins of millisecond `up_to_ms` and older; returns each
@@ -373,8 +421,14 @@ impl GpuScheduler {
     }
 
     /// When the scheduler stops: every container keeps the share it would get if all of
-    /// them had work ([`hand_over`]).
-    fn hand_over_all(&self) {
+    /// them had work ([`hand_over`]); no one keeps a board bit, since no one would drop it.
+    fn hand_over_all(&self, board: Option<&Board>) {
+        for e in &self.entries {
+            store_if_changed(&e.account(self.gpu).board_bit, 0);
+        }
+        if let Some(board) = board {
+            board.retain(self.gpu, 0);
+        }
         let claims: Vec<Claim> = self
             .entries
             .iter()

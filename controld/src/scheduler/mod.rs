@@ -146,6 +146,9 @@ impl Roster {
 /// What the scheduler's threads share.
 struct Shared {
     roster: Arc<Roster>,
+    /// The node's priority board: the tick gives online containers their bits and drops
+    /// the bits of containers that are gone.
+    board: Option<tessera_region::Board>,
     stop: AtomicBool,
 }
 
@@ -163,10 +166,15 @@ pub struct Scheduler {
 }
 
 impl Scheduler {
-    /// Starts the tick and preemption threads over `roster`.
-    pub fn spawn(roster: Arc<Roster>) -> std::io::Result<Scheduler> {
+    /// Starts the tick and preemption threads over `roster`, with the node's priority
+    /// `board` if there is one.
+    pub fn spawn(
+        roster: Arc<Roster>,
+        board: Option<tessera_region::Board>,
+    ) -> std::io::Result<Scheduler> {
         let shared = Arc::new(Shared {
             roster,
+            board,
             stop: AtomicBool::new(false),
         });
         let mut threads = Vec::new();

@@ -502,6 +502,12 @@ pub(crate) fn settle_active(region: &Region, device: usize) {
         // Relaxed: a setting of the daemon's, read afresh each time. An online container
         // wakes the daemon's preemption thread, which lifts the offline blocks at once.
         if cleared && acct.priority.load(Ordering::Relaxed) == PRIORITY_ONLINE {
+            super::board_clear(acct, device);
+            // SeqCst: a launch on another thread may have raised the flag again between
+            // the clear above and the board's: its bit must stand.
+            if acct.active.load(Ordering::SeqCst) != 0 {
+                super::board_raise(acct, device);
+            }
             acct.wake_active();
         }
     }

@@ -26,7 +26,9 @@ use measure::StreamKey;
 use std::cell::Cell;
 use std::ffi::c_void;
 use std::sync::atomic::Ordering;
-use tessera_region::layout::{ComputeAccount, COMPUTE_DAEMON, COMPUTE_LOCAL, PRIORITY_ONLINE};
+use tessera_region::layout::{
+    ComputeAccount, COMPUTE_DAEMON, COMPUTE_LOCAL, PRIORITY_OFFLINE, PRIORITY_ONLINE,
+};
 use tessera_region::{monotonic_ns, Region, MAX_DEVICES};
 
 const SUCCESS: u32 = 0;
@@ -181,7 +183,7 @@ enum Refusal {
 /// Waits until the launch may go on `device`; `false` if the device became unlimited.
 fn wait_for_admission(region: &Region, device: usize) -> bool {
     let acct = region.compute(device);
-    raise_active(acct);
+    raise_active(acct, device);
     let mut waiting_since = None;
     let admitted = loop {
         if !acct.is_limited() {
@@ -217,7 +219,7 @@ fn wait_for_admission(region: &Region, device: usize) -> bool {
     if admitted {
         // A synchronization on another thread may have cleared the flag since it was
         // raised above (nothing was in flight yet): raise it again (one load otherwise).
-        raise_active(acct);
+        raise_active(acct, device);
     }
     if let Some(since) = waiting_since {
         // SeqCst: pairs with the count above (the waiter leaves the protocol).
@@ -230,8 +232,9 @@ fn wait_for_admission(region: &Region, device: usize) -> bool {
 }
 
 /// Raises the device's `active` flag if it is down, noting when; an online container also
-/// wakes `controld`'s preemption thread, which blocks offline work at once.
-fn raise_active(acct: &ComputeAccount) {
+/// sets its bit on the node's board, which stops offline launches at once, and wakes
+/// `controld`'s preemption thread, which blocks the offline containers too.
+fn raise_active(acct: &ComputeAccount, device: usize) {
     // Relaxed: the flag is a signal with no data behind it except the timestamp, which is
     // stored first and read by the daemon only as a statistic.
     if acct.active.load(Ordering::Relaxed) != 0 {
@@ -240,17 +243,55 @@ fn raise_active(acct: &ComputeAccount) {
     let now = monotonic_ns();
     // Relaxed: see above.
     acct.active_raised_ns.store(now, Ordering::Relaxed);
+    // Relaxed: a setting of the daemon's, read afresh each time.
+    let online = acct.priority.load(Ordering::Relaxed) == PRIORITY_ONLINE;
+    if online {
+        board_raise(acct, device);
+    }
     // SeqCst: the flag is set before the wake-up's system call is made; the futex protocol
     // of the daemon (load, check, wait on the loaded value) then never misses it.
     if acct
         .active
         .compare_exchange(0, 1, Ordering::SeqCst, Ordering::Relaxed)
         .is_ok()
-        // Relaxed: a setting of the daemon's, read afresh each time.
-        && acct.priority.load(Ordering::Relaxed) == PRIORITY_ONLINE
+        && online
     {
         acct.wake_active();
     }
+}
+
+/// Sets this online container's bit for `device` on the board (if it has a board and a
+/// bit), and notes when.
+pub(crate) fn board_raise(acct: &ComputeAccount, device: usize) {
+    let Some(board) = container::board() else {
+        return;
+    };
+    // Relaxed: a setting of the daemon's; any value is checked by `Board::set`.
+    let bit = acct.board_bit.load(Ordering::Relaxed);
+    if bit != 0 && board.set(device, bit - 1) {
+        // Relaxed: a timestamp for the scenario runner, after the store that matters.
+        acct.board_set_ns.store(monotonic_ns(), Ordering::Relaxed);
+    }
+}
+
+/// Clears this online container's bit for `device` on the board.
+pub(crate) fn board_clear(acct: &ComputeAccount, device: usize) {
+    let Some(board) = container::board() else {
+        return;
+    };
+    // Relaxed: as in `board_raise`.
+    let bit = acct.board_bit.load(Ordering::Relaxed);
+    if bit != 0 {
+        board.clear(device, bit - 1);
+    }
+}
+
+/// Whether the board says online work runs on `device`, for an offline container (never
+/// for others).
+fn online_elsewhere(acct: &ComputeAccount, device: usize) -> bool {
+    // Relaxed: a setting of the daemon's, read afresh each time.
+    acct.priority.load(Ordering::Relaxed) == PRIORITY_OFFLINE
+        && container::board().is_some_and(|b| b.online(device) != 0)
 }
 
 /// One attempt to take a place: not blocked, bucket positive, room in the window (the
@@ -258,7 +299,7 @@ fn raise_active(acct: &ComputeAccount) {
 /// launches in flight cannot hold the others' window).
 fn try_admit(acct: &ComputeAccount, device: usize) -> Result<(), Refusal> {
     // SeqCst: part of the sleep protocol (checked after `gate` is loaded).
-    if acct.blocked.load(Ordering::SeqCst) != 0 {
+    if acct.blocked.load(Ordering::SeqCst) != 0 || online_elsewhere(acct, device) {
         let now = monotonic_ns();
         // Relaxed: a timestamp for statistics; only the first finder after an unblock
         // writes it (the daemon sets it back to 0 when it lifts the block).
@@ -293,7 +334,7 @@ fn try_admit(acct: &ComputeAccount, device: usize) -> Result<(), Refusal> {
     // total order, so anyone who reads the count after seeing the block sees this launch
     // among those admitted before it.
     acct.launches.fetch_add(1, Ordering::SeqCst);
-    if acct.blocked.load(Ordering::SeqCst) != 0 {
+    if acct.blocked.load(Ordering::SeqCst) != 0 || online_elsewhere(acct, device) {
         // Relaxed (both): taking back the count and the place just taken.
         acct.launches.fetch_sub(1, Ordering::Relaxed);
         let _ = acct
