@@ -243,8 +243,7 @@ mod tests {
         use std::os::unix::fs::PermissionsExt;
         let path = dir().join("read-only");
         let _ = std::fs::remove_file(&path);
-        let daemon = Board::create(&path).unwrap();
-        daemon.layout(); // created
+        let _daemon = Board::create(&path).unwrap();
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o444)).unwrap();
         let offline = Board::open(&path).unwrap();
         // Root opens anything for writing; elsewhere the mode makes it read-only.
