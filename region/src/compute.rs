@@ -95,6 +95,27 @@ impl ComputeAccount {
         futex_wait(&self.active, seen, timeout_ns)
     }
 
+    /// The container's bit on the node's board ([`crate::Board`]), if `controld` gave it
+    /// one (`board_bit` holds the bit plus one; 0, or a value past the word, is none).
+    pub fn board_bit(&self) -> Option<u32> {
+        // Relaxed: a setting of the daemon's, read afresh each time.
+        match self.board_bit.load(Ordering::Relaxed) {
+            0 => None,
+            b if b <= 64 => Some(b - 1),
+            _ => None,
+        }
+    }
+
+    /// Gives the container `bit` on the node's board, or none (`controld`); an unchanged
+    /// value is not written again.
+    pub fn set_board_bit(&self, bit: Option<u32>) {
+        let value = bit.map_or(0, |b| b + 1);
+        // Relaxed (both): see `board_bit`.
+        if self.board_bit.load(Ordering::Relaxed) != value {
+            self.board_bit.store(value, Ordering::Relaxed);
+        }
+    }
+
     /// The launch window in force: `window`, or [`DEFAULT_WINDOW`](crate::layout::DEFAULT_WINDOW)
     /// when it is 0.
     pub fn window_or_default(&self) -> u32 {

@@ -357,13 +357,7 @@ impl GpuScheduler {
                     Priority::Offline => OFFLINE_WINDOW,
                 },
             );
-            store_if_changed(
-                &a.board_bit,
-                match (board, e.board_bit) {
-                    (Some(_), Some(bit)) => bit + 1,
-                    _ => 0,
-                },
-            );
+            a.set_board_bit(board.and(e.board_bit));
             store_if_changed(&a.share_target_ppm, d.rate_ppm);
             store_if_changed(&a.share_measured_ppm, e.window.share_ppm());
             refill(a, d, step, refund, now);
@@ -424,7 +418,7 @@ impl GpuScheduler {
     /// them had work ([`hand_over`]); no one keeps a board bit, since no one would drop it.
     fn hand_over_all(&self, board: Option<&Board>) {
         for e in &self.entries {
-            store_if_changed(&e.account(self.gpu).board_bit, 0);
+            e.account(self.gpu).set_board_bit(None);
         }
         if let Some(board) = board {
             board.retain(self.gpu, 0);

@@ -29,7 +29,7 @@ use std::sync::atomic::Ordering;
 use tessera_region::layout::{
     ComputeAccount, COMPUTE_DAEMON, COMPUTE_LOCAL, PRIORITY_OFFLINE, PRIORITY_ONLINE,
 };
-use tessera_region::{monotonic_ns, Region, MAX_DEVICES};
+use tessera_region::{monotonic_ns, Board, Region, MAX_DEVICES};
 
 const SUCCESS: u32 = 0;
 /// The longest a throttled launch sleeps before it looks again.
@@ -260,29 +260,26 @@ fn raise_active(acct: &ComputeAccount, device: usize) {
     }
 }
 
+/// The board and this container's bit on it, if it has both.
+fn own_board_bit(acct: &ComputeAccount) -> Option<(&'static Board, u32)> {
+    Some((container::board()?, acct.board_bit()?))
+}
+
 /// Sets this online container's bit for `device` on the board (if it has a board and a
 /// bit), and notes when.
 pub(crate) fn board_raise(acct: &ComputeAccount, device: usize) {
-    let Some(board) = container::board() else {
-        return;
-    };
-    // Relaxed: a setting of the daemon's; any value is checked by `Board::set`.
-    let bit = acct.board_bit.load(Ordering::Relaxed);
-    if bit != 0 && board.set(device, bit - 1) {
-        // Relaxed: a timestamp for the scenario runner, after the store that matters.
-        acct.board_set_ns.store(monotonic_ns(), Ordering::Relaxed);
+    if let Some((board, bit)) = own_board_bit(acct) {
+        if board.set(device, bit) {
+            // Relaxed: a timestamp for the scenario runner, after the store that matters.
+            acct.board_set_ns.store(monotonic_ns(), Ordering::Relaxed);
+        }
     }
 }
 
 /// Clears this online container's bit for `device` on the board.
 pub(crate) fn board_clear(acct: &ComputeAccount, device: usize) {
-    let Some(board) = container::board() else {
-        return;
-    };
-    // Relaxed: as in `board_raise`.
-    let bit = acct.board_bit.load(Ordering::Relaxed);
-    if bit != 0 {
-        board.clear(device, bit - 1);
+    if let Some((board, bit)) = own_board_bit(acct) {
+        board.clear(device, bit);
     }
 }
 
