@@ -65,7 +65,9 @@
 #define TESSERA_PRIORITY_ONLINE 0u
 #define TESSERA_PRIORITY_OFFLINE 1u
 /* Launches in flight per device when tessera_compute_account.window is 0. */
-#define TESSERA_DEFAULT_WINDOW 2u
+#define TESSERA_DEFAULT_WINDOW 256u
+/* Estimated GPU ns in flight per device when tessera_compute_account.window_ns is 0. */
+#define TESSERA_DEFAULT_WINDOW_NS 2000000ull
 /* A whole device's time in parts per million. */
 #define TESSERA_PPM_ALL 1000000u
 /* 1 ms busy bins per compute account (a ring), and the low bits of a bin holding its ns;
@@ -106,7 +108,8 @@ struct tessera_compute_account {
     uint32_t share_measured_ppm; /* atomic (d): share measured lately, in ppm */
     uint32_t board_bit;        /* atomic (d): the container's bit on the board + 1; 0 none */
     uint64_t preemptions;      /* atomic (d): times blocked for online work */
-    uint8_t reserved1[24];     /* zero */
+    uint64_t window_ns;        /* atomic (d): GPU ns in flight allowed; 0 = default */
+    uint8_t reserved1[16];     /* zero */
     uint32_t gate;             /* atomic futex word (refiller): bumped on refill or unblock */
     uint32_t active;           /* atomic futex word (l): 1 while launches in flight or waiting */
     uint32_t waiting;          /* atomic (l): launches sleeping in the gate */
@@ -120,7 +123,8 @@ struct tessera_compute_account {
     uint64_t blocked_seen_ns;  /* atomic (l; d clears): first launch that found it blocked */
     uint64_t blocked_at_ns;    /* atomic (d): when controld last set blocked */
     uint64_t board_set_ns;     /* atomic (l): when an online container last set its board bit */
-    uint8_t reserved2[40];     /* zero */
+    uint64_t inflight_ns;      /* atomic (l): estimated GPU ns of the launches in flight */
+    uint8_t reserved2[32];     /* zero */
     uint64_t busy_bins[TESSERA_BUSY_BINS]; /* atomic (l adds, d empties): packed 1 ms bins */
 };
 

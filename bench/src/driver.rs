@@ -15,10 +15,17 @@ pub type CUmodule = *mut c_void;
 pub type CUfunction = *mut c_void;
 pub type CUstream = *mut c_void;
 pub type CUevent = *mut c_void;
+pub type CUgraph = *mut c_void;
+pub type CUgraphExec = *mut c_void;
 
 pub const CUDA_SUCCESS: CUresult = 0;
 pub const CUDA_ERROR_OUT_OF_MEMORY: CUresult = 2;
 pub const CUDA_ERROR_NOT_READY: CUresult = 600;
+
+/// `cuStreamCreate` flag: the stream does not synchronize with the legacy default stream.
+pub const CU_STREAM_NON_BLOCKING: c_uint = 0x1;
+/// `CUstreamCaptureMode`: relaxed capture (other threads' unsafe calls are not checked).
+pub const CU_STREAM_CAPTURE_MODE_RELAXED: c_uint = 2;
 
 /// `cuEventCreate` flags.
 pub const CU_EVENT_BLOCKING_SYNC: c_uint = 0x1;
@@ -29,6 +36,9 @@ pub const CUDA_VERSION: c_int = 12000;
 /// `CU_GET_PROC_ADDRESS_DEFAULT`: legacy default-stream semantics, as a program built without
 /// per-thread default streams gets.
 const PROC_ADDRESS_FLAGS: u64 = 0;
+/// `CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM`: what a program built with
+/// `--default-stream per-thread` gets (the `_ptsz` entry points).
+const PROC_ADDRESS_PER_THREAD: u64 = 2;
 
 type GetProcAddress = unsafe extern "C" fn(
     symbol: *const c_char,
@@ -111,7 +121,7 @@ macro_rules! driver_api {
                 Ok(Api {
                     $( $name: {
                         // SAFETY: the caller passes the real cuGetProcAddress_v2.
-                        let pfn = unsafe { proc_address(get, stringify!($name))? };
+                        let pfn = unsafe { proc_address(get, stringify!($name), PROC_ADDRESS_FLAGS)? };
                         // SAFETY: the driver returns the entry point for this base name at
                         // CUDA_VERSION, whose C signature is the one declared here.
                         unsafe {
@@ -161,6 +171,12 @@ driver_api! {
     fn cuStreamCreate(stream: *mut CUstream, flags: c_uint);
     fn cuStreamDestroy(stream: CUstream);
     fn cuStreamSynchronize(stream: CUstream);
+    fn cuStreamBeginCapture(stream: CUstream, mode: c_uint);
+    fn cuStreamEndCapture(stream: CUstream, graph: *mut CUgraph);
+    fn cuGraphInstantiateWithFlags(exec: *mut CUgraphExec, graph: CUgraph, flags: u64);
+    fn cuGraphLaunch(exec: CUgraphExec, stream: CUstream);
+    fn cuGraphExecDestroy(exec: CUgraphExec);
+    fn cuGraphDestroy(graph: CUgraph);
     fn cuEventCreate(event: *mut CUevent, flags: c_uint);
     fn cuEventDestroy(event: CUevent);
     fn cuEventRecord(event: CUevent, stream: CUstream);
@@ -176,20 +192,13 @@ driver_api! {
 unsafe fn proc_address(
     get: GetProcAddress,
     symbol: &'static str,
+    flags: u64,
 ) -> Result<*mut c_void, LoadError> {
     let name = CString::new(symbol).expect("entry point names have no NUL");
     let mut pfn: *mut c_void = std::ptr::null_mut();
     let mut status: c_int = -1;
     // SAFETY: `name` is a C string and both out-pointers are valid locals.
-    let result = unsafe {
-        get(
-            name.as_ptr(),
-            &mut pfn,
-            CUDA_VERSION,
-            PROC_ADDRESS_FLAGS,
-            &mut status,
-        )
-    };
+    let result = unsafe { get(name.as_ptr(), &mut pfn, CUDA_VERSION, flags, &mut status) };
     if result != CUDA_SUCCESS || pfn.is_null() {
         return Err(LoadError::Missing {
             symbol,
@@ -203,6 +212,30 @@ unsafe fn proc_address(
 /// The loaded driver. The library stays loaded for the life of the process.
 pub struct Driver {
     api: Api,
+    per_thread: PerThread,
+}
+
+/// `cuLaunchKernel`'s C signature.
+pub type LaunchKernel = unsafe extern "C" fn(
+    CUfunction,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    CUstream,
+    *mut *mut c_void,
+    *mut *mut c_void,
+) -> CUresult;
+
+/// The entry points a program built for per-thread default streams gets: with them the null
+/// stream is the calling thread's own default stream.
+#[allow(non_snake_case)]
+pub struct PerThread {
+    /// `cuLaunchKernel_ptsz`.
+    pub cuLaunchKernel: LaunchKernel,
 }
 
 impl Driver {
@@ -229,12 +262,24 @@ impl Driver {
         let get = unsafe { std::mem::transmute::<*mut c_void, GetProcAddress>(get) };
         // SAFETY: `get` is the driver's cuGetProcAddress_v2.
         let api = unsafe { Api::resolve(get)? };
-        Ok(Driver { api })
+        // SAFETY: `get` is the driver's cuGetProcAddress_v2.
+        let pfn = unsafe { proc_address(get, "cuLaunchKernel", PROC_ADDRESS_PER_THREAD)? };
+        // SAFETY: the per-thread form of cuLaunchKernel has the same C signature.
+        let launch = unsafe { std::mem::transmute::<*mut c_void, LaunchKernel>(pfn) };
+        let per_thread = PerThread {
+            cuLaunchKernel: launch,
+        };
+        Ok(Driver { api, per_thread })
     }
 
     /// The entry points, for calls this module has no wrapper for.
     pub fn api(&self) -> &Api {
         &self.api
+    }
+
+    /// The per-thread default stream's entry points.
+    pub fn per_thread(&self) -> &PerThread {
+        &self.per_thread
     }
 
     /// Turns a result code into `Ok` or a [`DriverError`] naming `call`.

@@ -60,6 +60,10 @@ pub struct Gpu {
     context: CUcontext,
 }
 
+// SAFETY: the driver API is thread-safe, and a context handle names the same context from
+// any thread of the process (a thread makes it current before using it: `make_current`).
+unsafe impl Sync for Gpu {}
+
 impl Gpu {
     /// Loads the driver, initializes it and makes device `ordinal`'s primary context current.
     pub fn open(ordinal: i32) -> Result<Gpu> {
@@ -160,12 +164,34 @@ impl Gpu {
 
     /// A new stream, ordered with the legacy default stream (flags 0).
     pub fn stream(&self) -> Result<Stream<'_>> {
+        self.stream_with_flags(0)
+    }
+
+    /// A new stream with `cuStreamCreate` flags.
+    pub fn stream_with_flags(&self, flags: c_uint) -> Result<Stream<'_>> {
         let mut raw: CUstream = std::ptr::null_mut();
-        // SAFETY: `raw` is a valid out-pointer; flags 0 is CU_STREAM_DEFAULT.
+        // SAFETY: `raw` is a valid out-pointer; the driver checks the flags.
         self.check("cuStreamCreate", unsafe {
-            (self.driver.api().cuStreamCreate)(&mut raw, 0)
+            (self.driver.api().cuStreamCreate)(&mut raw, flags)
         })?;
         Ok(Stream { gpu: self, raw })
+    }
+
+    /// Makes the primary context current on the calling thread (another thread than the
+    /// one that opened the device).
+    pub fn make_current(&self) -> Result<()> {
+        // SAFETY: the primary context this value holds retained.
+        self.check("cuCtxSetCurrent", unsafe {
+            (self.driver.api().cuCtxSetCurrent)(self.context)
+        })
+    }
+
+    /// Waits for all work queued in the context, on every stream.
+    pub fn synchronize(&self) -> Result<()> {
+        // SAFETY: no arguments; the context is current on this thread.
+        self.check("cuCtxSynchronize", unsafe {
+            (self.driver.api().cuCtxSynchronize)()
+        })
     }
 
     /// A new event with `cuEventCreate` flags.

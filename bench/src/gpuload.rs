@@ -11,6 +11,7 @@ use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 
 mod progress;
+pub mod shapes;
 pub mod slice;
 
 pub use progress::{Progress, PROGRESS_DIR_ENV};

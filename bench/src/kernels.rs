@@ -1,7 +1,7 @@
 //! The workload kernels: hand-written PTX that a real driver JIT-compiles and simgpu
 //! simulates (it knows them by name and reads their parameters from the `.entry` lines).
 
-use crate::driver::{CUdeviceptr, CUfunction, CUmodule};
+use crate::driver::{CUdeviceptr, CUfunction, CUmodule, CUstream, LaunchKernel};
 use crate::gpu::{Gpu, Result, Stream};
 use std::ffi::{c_uint, c_void, CStr};
 
@@ -25,6 +25,10 @@ pub struct Kernels<'g> {
     spin: CUfunction,
     fill_u32: CUfunction,
 }
+
+// SAFETY: module and function handles are valid in every thread of the process that has
+// their context current; the driver API is thread-safe.
+unsafe impl Sync for Kernels<'_> {}
 
 impl<'g> Kernels<'g> {
     /// Loads [`PTX`] into the current context.
@@ -58,9 +62,15 @@ impl<'g> Kernels<'g> {
 
     /// Queues `tessera_spin(ns)` on `stream`, one thread.
     pub fn spin(&self, stream: &Stream<'_>, ns: u64) -> Result<()> {
+        self.spin_with(self.gpu.driver().api().cuLaunchKernel, stream.raw(), ns)
+    }
+
+    /// Queues `tessera_spin(ns)` through `launch` (a `cuLaunchKernel` of either
+    /// default-stream flavour) on a raw stream handle: the null stream, or a special handle.
+    pub fn spin_with(&self, launch: LaunchKernel, stream: CUstream, ns: u64) -> Result<()> {
         let mut ns = ns;
         let mut params = [std::ptr::from_mut(&mut ns).cast::<c_void>()];
-        self.launch(self.spin, 1, 1, stream, &mut params)
+        self.launch(launch, self.spin, 1, 1, stream, &mut params)
     }
 
     /// Queues `tessera_fill_u32(ptr, count, value)` on `stream`.
@@ -78,22 +88,31 @@ impl<'g> Kernels<'g> {
             std::ptr::from_mut(&mut count).cast::<c_void>(),
             std::ptr::from_mut(&mut value).cast::<c_void>(),
         ];
-        self.launch(self.fill_u32, blocks, FILL_BLOCK, stream, &mut params)
+        let launch = self.gpu.driver().api().cuLaunchKernel;
+        self.launch(
+            launch,
+            self.fill_u32,
+            blocks,
+            FILL_BLOCK,
+            stream.raw(),
+            &mut params,
+        )
     }
 
     fn launch(
         &self,
+        launch: LaunchKernel,
         function: CUfunction,
         blocks: c_uint,
         threads: c_uint,
-        stream: &Stream<'_>,
+        stream: CUstream,
         params: &mut [*mut c_void],
     ) -> Result<()> {
-        // SAFETY: `function` belongs to the loaded module; `params` points at one value per
-        // kernel parameter, of the parameter's type, alive for the call (the driver copies
-        // them before returning).
+        // SAFETY: `launch` is a cuLaunchKernel of this driver; `function` belongs to the
+        // loaded module; `params` points at one value per kernel parameter, of the
+        // parameter's type, alive for the call (the driver copies them before returning).
         let r = unsafe {
-            (self.gpu.driver().api().cuLaunchKernel)(
+            launch(
                 function,
                 blocks,
                 1,
@@ -102,7 +121,7 @@ impl<'g> Kernels<'g> {
                 1,
                 1,
                 0,
-                stream.raw(),
+                stream,
                 params.as_mut_ptr(),
                 std::ptr::null_mut(),
             )

@@ -44,10 +44,16 @@ pub(crate) type GraphLaunch = unsafe extern "C" fn(*mut c_void, *mut c_void) -> 
 /// Offset of `hStream` in `CUlaunchConfig`: after seven `unsigned int`s, pointer-aligned.
 const LAUNCH_CONFIG_STREAM: usize = 32;
 
-/// Runs `launch` through the gate for `stream`.
+/// Runs `launch` of `work` (the kernel's function, or the executable graph) through the gate
+/// for `stream`.
 #[inline(always)]
-fn gated(stream: *mut c_void, per_thread: bool, launch: impl FnOnce() -> u32) -> u32 {
-    let ticket = compute::admit(stream, per_thread);
+fn gated(
+    stream: *mut c_void,
+    per_thread: bool,
+    work: *mut c_void,
+    launch: impl FnOnce() -> u32,
+) -> u32 {
+    let ticket = compute::admit(stream, per_thread, work);
     let rc = launch();
     if let Some(t) = ticket {
         compute::launched(t, rc);
@@ -74,7 +80,7 @@ pub(crate) unsafe fn launch_kernel<const PER_THREAD: bool>(
     params: *mut *mut c_void,
     extra: *mut *mut c_void,
 ) -> u32 {
-    gated(stream, PER_THREAD, || {
+    gated(stream, PER_THREAD, f, || {
         // SAFETY: the caller's arguments, passed on to the function they were meant for.
         unsafe {
             real(
@@ -112,7 +118,7 @@ pub(crate) unsafe fn launch_cooperative_kernel<const PER_THREAD: bool>(
     stream: *mut c_void,
     params: *mut *mut c_void,
 ) -> u32 {
-    gated(stream, PER_THREAD, || {
+    gated(stream, PER_THREAD, f, || {
         // SAFETY: the caller's arguments, passed on to the function they were meant for.
         unsafe {
             real(
@@ -155,7 +161,7 @@ pub(crate) unsafe fn launch_kernel_ex<const PER_THREAD: bool>(
                 .read_unaligned()
         }
     };
-    gated(stream, PER_THREAD, || {
+    gated(stream, PER_THREAD, f, || {
         // SAFETY: the caller's arguments, passed on to the function they were meant for.
         unsafe { real(config, f, params, extra) }
     })
@@ -170,7 +176,7 @@ pub(crate) unsafe fn graph_launch<const PER_THREAD: bool>(
     exec: *mut c_void,
     stream: *mut c_void,
 ) -> u32 {
-    gated(stream, PER_THREAD, || {
+    gated(stream, PER_THREAD, exec, || {
         // SAFETY: the caller's arguments, passed on to the function they were meant for.
         unsafe { real(exec, stream) }
     })

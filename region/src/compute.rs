@@ -15,7 +15,7 @@
 use crate::layout::{
     ComputeAccount, BUSY_BINS, BUSY_NS_BITS, COMPUTE_LOCAL, COMPUTE_UNLIMITED, PPM_ALL,
 };
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// Nanoseconds a bin's packed word can hold; more saturates.
 const BIN_NS_MAX: u64 = (1 << BUSY_NS_BITS) - 1;
@@ -124,6 +124,47 @@ impl ComputeAccount {
             0 => crate::layout::DEFAULT_WINDOW,
             w => w,
         }
+    }
+
+    /// The GPU-time window in force: `window_ns`, or
+    /// [`DEFAULT_WINDOW_NS`](crate::layout::DEFAULT_WINDOW_NS) when it is 0.
+    pub fn window_ns_or_default(&self) -> u64 {
+        // Relaxed: a limit read afresh at every launch; no data is published under it.
+        match self.window_ns.load(Ordering::Relaxed) {
+            0 => crate::layout::DEFAULT_WINDOW_NS,
+            w => w,
+        }
+    }
+
+    /// Takes a place in the window for a launch estimated at `estimate_ns`: at most
+    /// `window` launches, and an empty window takes any launch, a busy one only what fits
+    /// in `window_ns` beside the estimates already in flight. `false`: no room (nothing
+    /// taken). A place is given back with [`ComputeAccount::leave_window`].
+    pub fn enter_window(&self, estimate_ns: u64) -> bool {
+        let launches = self.window_or_default();
+        let window_ns = self.window_ns_or_default();
+        enter_window(
+            &self.inflight,
+            &self.inflight_ns,
+            launches,
+            window_ns,
+            estimate_ns,
+        )
+    }
+
+    /// Gives back the places `launches` launches estimated at `estimate_ns` in all took in
+    /// the window.
+    pub fn leave_window(&self, launches: u32, estimate_ns: u64) {
+        leave_window(&self.inflight, &self.inflight_ns, launches, estimate_ns);
+    }
+
+    /// Counts a launch estimated at `estimate_ns` in the window without a limit (local
+    /// mode, where each process keeps its own window and the container's counts only say
+    /// what is in flight).
+    pub fn join_window(&self, estimate_ns: u64) {
+        // Relaxed (both): see `enter_window`.
+        self.inflight.fetch_add(1, Ordering::Relaxed);
+        self.inflight_ns.fetch_add(estimate_ns, Ordering::Relaxed);
     }
 
     /// Charges `ns` of measured GPU time to the bucket (which may go into debt) and to
@@ -330,6 +371,57 @@ fn futex_wake(word: &AtomicU32) {
     unsafe {
         libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, i32::MAX);
     }
+}
+
+/// The window rule over a pair of counts (a container's, in its account; or a process's own,
+/// in local mode): takes a place for a launch estimated at `estimate_ns` if fewer than
+/// `launches` are in flight and the window is empty or the estimate fits beside those in
+/// flight within `window_ns`. `false`: no room, nothing taken.
+pub fn enter_window(
+    inflight: &AtomicU32,
+    inflight_ns: &AtomicU64,
+    launches: u32,
+    window_ns: u64,
+    estimate_ns: u64,
+) -> bool {
+    // Relaxed (all): counts; each compare-and-swap keeps its own word exact, and a launch
+    // that got a count but not the time gives the count back at once.
+    if inflight
+        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+            (n < launches).then_some(n + 1)
+        })
+        .is_err()
+    {
+        return false;
+    }
+    let fits = inflight_ns
+        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |ns| {
+            (ns == 0 || ns.saturating_add(estimate_ns) <= window_ns)
+                .then(|| ns.saturating_add(estimate_ns))
+        })
+        .is_ok();
+    if !fits {
+        let _ = inflight.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+    }
+    fits
+}
+
+/// Gives back what [`enter_window`] took for `launches` launches estimated at `estimate_ns`
+/// in all (never below zero: a daemon may have cleared the counts of a container whose
+/// processes all died).
+pub fn leave_window(
+    inflight: &AtomicU32,
+    inflight_ns: &AtomicU64,
+    launches: u32,
+    estimate_ns: u64,
+) {
+    // Relaxed (both): see `enter_window`.
+    let _ = inflight_ns.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |ns| {
+        Some(ns.saturating_sub(estimate_ns))
+    });
+    let _ = inflight.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+        Some(n.saturating_sub(launches))
+    });
 }
 
 #[cfg(test)]

@@ -42,8 +42,14 @@ pub const COMPUTE_LOCAL: u32 = 2;
 pub const PRIORITY_ONLINE: u32 = 0;
 /// [`ComputeAccount::priority`]: work that yields the GPU while online work has some.
 pub const PRIORITY_OFFLINE: u32 = 1;
-/// Launches a container may have in flight per device when [`ComputeAccount::window`] is 0.
-pub const DEFAULT_WINDOW: u32 = 2;
+/// Launches a container may have in flight per device when [`ComputeAccount::window`] is 0:
+/// a bound on the events and host memory its measurement takes. What bounds the work
+/// queued on the GPU is [`ComputeAccount::window_ns`].
+pub const DEFAULT_WINDOW: u32 = 256;
+/// GPU time a container may have in flight per device when [`ComputeAccount::window_ns`]
+/// is 0: enough launches of short kernels to keep the GPU busy while the library harvests
+/// completions, and at most this much of any container's work for others to wait behind.
+pub const DEFAULT_WINDOW_NS: u64 = 2_000_000;
 /// One share in parts per million: 100% of a device's time.
 pub const PPM_ALL: u32 = 1_000_000;
 /// 1 ms bins of device busy time in [`ComputeAccount::busy_bins`] (a ring).
@@ -145,8 +151,13 @@ pub struct ComputeAccount {
     pub board_bit: AtomicU32,
     /// Times `controld` blocked the container for online work. Written by `controld`.
     pub preemptions: AtomicU64,
+    /// Estimated GPU time the container may have in flight on the device, in ns; 0 means
+    /// [`DEFAULT_WINDOW_NS`]. A launch is admitted into an empty window whatever its
+    /// estimate, else only while the estimates in flight and its own fit. Written by
+    /// `controld` (set at creation).
+    pub window_ns: AtomicU64,
     /// Zero; ends the first cache line.
-    pub reserved1: [u8; 24],
+    pub reserved1: [u8; 16],
     /// Futex word the throttled launches sleep on; bumped (then woken) by whoever refills
     /// the bucket or lifts a block: `controld`, or the processes in [`COMPUTE_LOCAL`] mode.
     pub gate: AtomicU32,
@@ -185,8 +196,13 @@ pub struct ComputeAccount {
     /// on the node clock, right after the store: from then on offline launches on the
     /// device are refused. With `active_raised_ns` it gives the preemption latency.
     pub board_set_ns: AtomicU64,
+    /// The estimated GPU time of the launches admitted and not yet seen complete, in ns
+    /// (each launch's estimate is added when it is admitted and taken away, the same
+    /// amount, when it completes). Written by the library; `controld` clears it with
+    /// `inflight` once no process of the container is left.
+    pub inflight_ns: AtomicU64,
     /// Zero; ends the third cache line.
-    pub reserved2: [u8; 40],
+    pub reserved2: [u8; 32],
     /// Ring of 1 ms bins of busy time, the bin of millisecond `ms` at `ms % BUSY_BINS`;
     /// each packs `(ms + 1) << BUSY_NS_BITS | ns` (0: empty). Added to by the library as
     /// kernels complete, emptied by `controld` when it settles them.
@@ -276,7 +292,10 @@ const _: () = assert!(offset_of!(ComputeAccount, blocked_seen_ns) == 128);
 const _: () = assert!(offset_of!(ComputeAccount, blocked_at_ns) == 136);
 const _: () = assert!(offset_of!(ComputeAccount, board_bit) == 28);
 const _: () = assert!(offset_of!(ComputeAccount, board_set_ns) == 144);
-const _: () = assert!(offset_of!(ComputeAccount, reserved2) == 152);
+const _: () = assert!(offset_of!(ComputeAccount, window_ns) == 40);
+const _: () = assert!(offset_of!(ComputeAccount, reserved1) == 48);
+const _: () = assert!(offset_of!(ComputeAccount, inflight_ns) == 152);
+const _: () = assert!(offset_of!(ComputeAccount, reserved2) == 160);
 const _: () = assert!(offset_of!(ComputeAccount, busy_bins) == 192);
 const _: () = assert!(size_of::<ComputeAccount>() == 192 + 8 * BUSY_BINS);
 const _: () = assert!(size_of::<ComputeAccount>().is_multiple_of(64));
@@ -353,6 +372,7 @@ pub fn describe() -> Vec<FieldLayout> {
         ),
         field!("tessera_compute_account", ComputeAccount, board_bit),
         field!("tessera_compute_account", ComputeAccount, preemptions),
+        field!("tessera_compute_account", ComputeAccount, window_ns),
         field!("tessera_compute_account", ComputeAccount, reserved1),
         field!("tessera_compute_account", ComputeAccount, gate),
         field!("tessera_compute_account", ComputeAccount, active),
@@ -367,6 +387,7 @@ pub fn describe() -> Vec<FieldLayout> {
         field!("tessera_compute_account", ComputeAccount, blocked_seen_ns),
         field!("tessera_compute_account", ComputeAccount, blocked_at_ns),
         field!("tessera_compute_account", ComputeAccount, board_set_ns),
+        field!("tessera_compute_account", ComputeAccount, inflight_ns),
         field!("tessera_compute_account", ComputeAccount, reserved2),
         field!("tessera_compute_account", ComputeAccount, busy_bins),
         whole!("tessera_process_entry", ProcessEntry),

@@ -38,10 +38,11 @@ fn program() -> String {
     printf("SLOT_FREE %u\n", (unsigned)TESSERA_SLOT_FREE);
     printf("SLOT_LIVE %u\n", (unsigned)TESSERA_SLOT_LIVE);
     printf("REGION_SIZE %zu\n", (size_t)TESSERA_REGION_SIZE);
-    printf("COMPUTE %u %u %u %u %u %u %u %u %u\n", (unsigned)TESSERA_COMPUTE_UNLIMITED,
+    printf("COMPUTE %u %u %u %u %u %u %llu %u %u %u\n", (unsigned)TESSERA_COMPUTE_UNLIMITED,
            (unsigned)TESSERA_COMPUTE_DAEMON, (unsigned)TESSERA_COMPUTE_LOCAL,
            (unsigned)TESSERA_PRIORITY_ONLINE, (unsigned)TESSERA_PRIORITY_OFFLINE,
-           (unsigned)TESSERA_DEFAULT_WINDOW, (unsigned)TESSERA_PPM_ALL,
+           (unsigned)TESSERA_DEFAULT_WINDOW,
+           (unsigned long long)TESSERA_DEFAULT_WINDOW_NS, (unsigned)TESSERA_PPM_ALL,
            (unsigned)TESSERA_BUSY_BINS, (unsigned)TESSERA_BUSY_NS_BITS);
     printf("ENV %s %s %s %s %s %s\n", TESSERA_ENV_REGION, TESSERA_ENV_MEMORY_LIMIT,
            TESSERA_ENV_COMPUTE, TESSERA_ENV_REAL_LIBCUDA, TESSERA_ENV_STATE_DIR, TESSERA_ENV_LOG);
@@ -128,13 +129,14 @@ fn check(output: &str) {
         (
             "COMPUTE",
             format!(
-                "{} {} {} {} {} {} {} {} {}",
+                "{} {} {} {} {} {} {} {} {} {}",
                 layout::COMPUTE_UNLIMITED,
                 layout::COMPUTE_DAEMON,
                 layout::COMPUTE_LOCAL,
                 layout::PRIORITY_ONLINE,
                 layout::PRIORITY_OFFLINE,
                 layout::DEFAULT_WINDOW,
+                layout::DEFAULT_WINDOW_NS,
                 layout::PPM_ALL,
                 layout::BUSY_BINS,
                 layout::BUSY_NS_BITS

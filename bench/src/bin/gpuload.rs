@@ -23,6 +23,26 @@ const MODES: &[(&str, &str)] = &[
         "a saturating stream of spin kernels; report kernels/s",
     ),
     (
+        "queue",
+        "rounds of --depth kernels on the null stream, one cuCtxSynchronize each",
+    ),
+    (
+        "streams",
+        "rounds of --depth kernels over --count non-blocking streams, one cuCtxSynchronize each",
+    ),
+    (
+        "graph",
+        "a graph of --count kernels, launched --depth/--count times a round, then synchronized",
+    ),
+    (
+        "ptsz",
+        "rounds of --depth kernels on the per-thread default stream (the _ptsz entry points)",
+    ),
+    (
+        "threads",
+        "--count host threads, each rounds of --depth/--count kernels on its own stream",
+    ),
+    (
         "infer",
         "requests at a fixed rate, each a few spin kernels and a synchronize; report latency",
     ),
@@ -50,7 +70,16 @@ struct Flag {
 }
 
 const ALL: &[&str] = &[
-    "memcheck", "alloc", "train", "infer", "info", "probe", "slice",
+    "memcheck", "alloc", "train", "queue", "streams", "graph", "ptsz", "threads", "infer", "info",
+    "probe", "slice",
+];
+
+/// The modes that queue deep rounds of kernels ([`gpuload::shapes`]).
+const SHAPES: &[&str] = &gpuload::shapes::MODES;
+
+/// The modes that run spin kernels for a time.
+const TIMED: &[&str] = &[
+    "train", "queue", "streams", "graph", "ptsz", "threads", "infer", "slice",
 ];
 
 /// Defaults that differ by mode: `(mode, option, value)`.
@@ -101,14 +130,14 @@ const FLAGS: &[Flag] = &[
         name: "kernel-ms",
         value: "MS",
         default: Some("1"),
-        modes: &["train", "infer", "slice"],
+        modes: TIMED,
         help: "length of each spin kernel",
     },
     Flag {
         name: "seconds",
         value: "S",
         default: Some("5"),
-        modes: &["train", "infer", "slice"],
+        modes: TIMED,
         help: "how long to run (slice: to measure, after the warm-up)",
     },
     Flag {
@@ -117,6 +146,20 @@ const FLAGS: &[Flag] = &[
         default: Some("4"),
         modes: &["train", "slice"],
         help: "kernels in flight at most",
+    },
+    Flag {
+        name: "depth",
+        value: "N",
+        default: Some("1000"),
+        modes: SHAPES,
+        help: "kernels queued per round, before one synchronization",
+    },
+    Flag {
+        name: "count",
+        value: "K",
+        default: Some("4"),
+        modes: &["streams", "graph", "threads"],
+        help: "streams, kernels per graph, or host threads",
     },
     Flag {
         name: "rate",
@@ -359,6 +402,19 @@ fn run(args: &Args) -> Result<bool, String> {
             }
             let gpu = Gpu::open(device).map_err(|e| e.to_string())?;
             gpuload::train(&gpu, kernel_ns, seconds, window).map_err(|e| e.to_string())?
+        }
+        mode if SHAPES.contains(&mode) => {
+            let kernel_ns = args.kernel_ns()?;
+            let seconds = args.seconds("seconds")?;
+            let depth: usize = args.number("depth")?;
+            let count: usize = args.number("count")?;
+            if depth == 0 || count == 0 {
+                return Err("--depth and --count must be at least 1".into());
+            }
+            let shape = gpuload::shapes::Shape::of(mode, count).expect("a shape's mode");
+            let gpu = Gpu::open(device).map_err(|e| e.to_string())?;
+            gpuload::shapes::run(&gpu, shape, kernel_ns, depth, seconds)
+                .map_err(|e| e.to_string())?
         }
         "infer" => {
             let rate = args.positive("rate")?;

@@ -3,12 +3,12 @@
 use super::rates::{self, Claim, Decision};
 use super::settle::{self, Settled, ShareWindow};
 use super::{Member, Shared, TICK};
-use crate::policy::Priority;
+use crate::policy::{ComputePolicy, Priority};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 use tessera_region::layout::{
-    ComputeAccount, COMPUTE_DAEMON, COMPUTE_LOCAL, COMPUTE_UNLIMITED, DEFAULT_WINDOW,
+    ComputeAccount, COMPUTE_DAEMON, COMPUTE_LOCAL, COMPUTE_UNLIMITED, DEFAULT_WINDOW_NS,
     PRIORITY_OFFLINE, PRIORITY_ONLINE,
 };
 use tessera_region::{monotonic_ns, Board, Region, MAX_DEVICES};
@@ -33,9 +33,10 @@ const IDLE_SLEEP: Duration = Duration::from_millis(20);
 /// The most time one tick's refill covers: after a stall, the buckets' caps would clamp
 /// anything more anyway.
 const MAX_STEP_NS: u64 = 4 * TICK.as_nanos() as u64;
-/// An offline container's in-flight window: what online work can still meet on the GPU
-/// when it preempts (work already there cannot be recalled).
-const OFFLINE_WINDOW: u32 = 1;
+/// An offline container's in-flight window, in estimated GPU time: what online work can
+/// still meet on the GPU when it preempts (work already there cannot be recalled). One
+/// kernel of a millisecond or more; several shorter ones.
+const OFFLINE_WINDOW_NS: u64 = 1_000_000;
 
 /// Runs the tick loop until the scheduler stops, then hands the containers over to their
 /// processes ([`hand_over`]).
@@ -274,6 +275,58 @@ fn set_mode(region: &Region, gpu: usize, mode: u32) {
     }
 }
 
+/// The limits a container's account holds whatever its share: the daemon meters it (so
+/// its launches go through the gate and its in-flight window holds from its first launch,
+/// even while no other container shares the GPU and its rate is the whole GPU), its
+/// priority, and its window.
+fn configure(region: &Region, gpu: usize, priority: Priority) {
+    let a = region.compute(gpu);
+    store_if_changed(
+        &a.priority,
+        match priority {
+            Priority::Online => PRIORITY_ONLINE,
+            Priority::Offline => PRIORITY_OFFLINE,
+        },
+    );
+    // 0 is the default count; the window that matters is the GPU time.
+    store_if_changed(&a.window, 0);
+    let window_ns = match priority {
+        Priority::Online => DEFAULT_WINDOW_NS,
+        Priority::Offline => OFFLINE_WINDOW_NS,
+    };
+    // Relaxed (both): see `store_if_changed`.
+    if a.window_ns.load(Ordering::Relaxed) != window_ns {
+        a.window_ns.store(window_ns, Ordering::Relaxed);
+    }
+    set_mode(region, gpu, COMPUTE_DAEMON);
+}
+
+/// Writes a container's limits into its region on each of its GPUs before any of its
+/// processes can launch (the daemon calls this when it adds or changes a container, before
+/// it answers): its window, priority and mode, and for a container new to metering, the
+/// credit of its guarantee for the first ticks, so that its first launches find tokens and
+/// none of them runs ungated before the scheduler's first tick sees it.
+pub(super) fn prime(region: &Region, gpus: &[u32], policy: ComputePolicy, priority: Priority) {
+    for gpu in gpus
+        .iter()
+        .map(|&g| g as usize)
+        .filter(|&g| g < MAX_DEVICES)
+    {
+        let a = region.compute(gpu);
+        // Relaxed: a setting of the daemon's own.
+        let fresh = a.mode.load(Ordering::Relaxed) != COMPUTE_DAEMON;
+        configure(region, gpu, priority);
+        if fresh {
+            let ppm = policy.guarantee().min(100) * (rates::WHOLE_PPM / 100);
+            store_if_changed(&a.share_target_ppm, ppm);
+            let first = BUCKET_TICKS * TICK.as_nanos() as u64 * u64::from(ppm)
+                / u64::from(rates::WHOLE_PPM);
+            a.credit(i64::try_from(first).unwrap_or(i64::MAX), i64::MAX);
+            a.wake_gate();
+        }
+    }
+}
+
 /// Leaves a container's device to its own processes when the scheduler stops: a metered
 /// one goes to LOCAL mode at `share_ppm` (its processes refill the bucket themselves, so
 /// the last limits stay in force), and any block is lifted.
@@ -333,30 +386,9 @@ impl GpuScheduler {
             }
         }
 
-        let policies: Vec<_> = self.entries.iter().map(|e| e.member.policy).collect();
-        let mode = if rates::metered(&policies) {
-            COMPUTE_DAEMON
-        } else {
-            COMPUTE_UNLIMITED
-        };
         for ((e, d), refund) in self.entries.iter().zip(&decisions).zip(refunds) {
             let a = e.account(gpu);
-            set_mode(&e.member.region, gpu, mode);
-            store_if_changed(
-                &a.priority,
-                match e.member.priority {
-                    Priority::Online => PRIORITY_ONLINE,
-                    Priority::Offline => PRIORITY_OFFLINE,
-                },
-            );
-            // Offline work already on the GPU is what online work still meets: one kernel.
-            store_if_changed(
-                &a.window,
-                match e.member.priority {
-                    Priority::Online => DEFAULT_WINDOW,
-                    Priority::Offline => OFFLINE_WINDOW,
-                },
-            );
+            configure(&e.member.region, gpu, e.member.priority);
             a.set_board_bit(board.and(e.board_bit));
             store_if_changed(&a.share_target_ppm, d.rate_ppm);
             store_if_changed(&a.share_measured_ppm, e.window.share_ppm());

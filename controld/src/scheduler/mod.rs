@@ -109,7 +109,12 @@ impl Roster {
                     .iter()
                     .find(|old| old.same_as(&m))
                     .cloned()
-                    .unwrap_or_else(|| Arc::new(m))
+                    .unwrap_or_else(|| {
+                        // New or changed: its limits are in its region before this returns,
+                        // so before the daemon answers whoever asked for it.
+                        gpu::prime(&m.region, &m.gpus, m.policy, m.priority);
+                        Arc::new(m)
+                    })
             })
             .collect();
         *current = Arc::new(next);

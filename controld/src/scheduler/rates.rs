@@ -113,17 +113,6 @@ fn split(claims: &[Claim], members: &[usize]) -> Vec<u32> {
         .collect()
 }
 
-/// Whether any policy can bind on a GPU: with two or more containers on it, or a fixed
-/// share below the whole GPU, the daemon meters it (mode DAEMON); a lone best-effort or
-/// burst container (or a lone `fixed:100`) runs unmetered (mode UNLIMITED, the launch
-/// fast path).
-pub fn metered(policies: &[ComputePolicy]) -> bool {
-    policies.len() >= 2
-        || policies
-            .iter()
-            .any(|p| matches!(p, ComputePolicy::Fixed(q) if *q < 100))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -227,15 +216,5 @@ mod tests {
         let d = decide(&[busy(Fixed(100)), busy(Burst(100)), busy(BestEffort)]);
         assert!(d.iter().all(|d| d.share_ppm <= WHOLE_PPM));
         assert_eq!(d[2].share_ppm, 0);
-    }
-
-    #[test]
-    fn metering_when_a_policy_can_bind() {
-        assert!(!metered(&[BestEffort]));
-        assert!(!metered(&[Burst(30)]));
-        assert!(!metered(&[Fixed(100)]));
-        assert!(metered(&[Fixed(30)]));
-        assert!(metered(&[BestEffort, BestEffort]));
-        assert!(!metered(&[]));
     }
 }

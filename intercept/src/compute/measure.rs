@@ -18,13 +18,13 @@
 //! upper bound, tightened by every harvest, is the estimate. Without an anchor (no START
 //! completed, or the driver cannot say), intervals end at the moment of the harvest.
 
-use super::real;
+use super::{real, Work};
 use crate::container;
 use std::cell::UnsafeCell;
 use std::collections::{HashMap, VecDeque};
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
-use tessera_region::layout::PRIORITY_ONLINE;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use tessera_region::layout::{ComputeAccount, PRIORITY_ONLINE};
 use tessera_region::{monotonic_ns, Region, MAX_DEVICES};
 
 const SUCCESS: u32 = 0;
@@ -36,6 +36,8 @@ pub(crate) const STREAM_LEGACY: usize = 1;
 pub(crate) const STREAM_PER_THREAD: usize = 2;
 /// Events kept for reuse per context, at most.
 const POOL_MAX: usize = 64;
+/// Estimates kept, at most (one per kernel function or graph launched).
+const ESTIMATES_MAX: usize = 4096;
 
 /// A CUDA event handle.
 type Event = usize;
@@ -118,9 +120,11 @@ impl Anchor {
 
 /// One admitted launch being measured.
 struct Mark {
-    /// Recorded before the kernel when the stream was idle.
+    /// Recorded before the kernel.
     start: Option<Start>,
     end: Event,
+    /// What was launched, and the place it took in the window.
+    work: Work,
 }
 
 /// What is measured on one stream.
@@ -142,13 +146,17 @@ struct Book {
     tracks: HashMap<StreamKey, Track>,
     /// Idle events per context.
     pool: HashMap<usize, Vec<Event>>,
+    /// The measured GPU time of each kind of work, by handle ([`estimate`]).
+    estimates: HashMap<usize, u64>,
 }
 
 /// Marks pending in this process, all streams together: lets a synchronization skip the
 /// harvest with one load when nothing is measured.
 static PENDING: AtomicUsize = AtomicUsize::new(0);
-/// Launches this process has in flight per device (its part of the region's `inflight`).
+/// Launches this process has in flight per device, and their estimated GPU time (its part
+/// of the region's `inflight` and `inflight_ns`; its own window in local mode).
 static MINE: [AtomicU32; MAX_DEVICES] = [const { AtomicU32::new(0) }; MAX_DEVICES];
+static MINE_NS: [AtomicU64; MAX_DEVICES] = [const { AtomicU64::new(0) }; MAX_DEVICES];
 
 /// The book behind a spin flag rather than a mutex, so that a fork child can take it back
 /// with one store (a mutex held by a parent thread would stay locked in the child).
@@ -212,31 +220,62 @@ pub(crate) fn anything_pending() -> bool {
     PENDING.load(Ordering::Relaxed) != 0
 }
 
-/// This process's launches in flight on `device`.
-pub(crate) fn mine_in_flight(device: usize) -> u32 {
-    // Relaxed: a count of this process's own launches, read to decide whether to wait.
-    MINE.get(device).map_or(0, |m| m.load(Ordering::Relaxed))
-}
-
-/// Counts one admitted launch of this process on `device`.
-pub(crate) fn count_mine(device: usize) {
-    if let Some(m) = MINE.get(device) {
-        // Relaxed: see `mine_in_flight`.
-        m.fetch_add(1, Ordering::Relaxed);
+/// Takes a place in this process's own window on `device` (local mode), by the limits of
+/// the container's account `acct`.
+pub(crate) fn enter_mine(acct: &ComputeAccount, device: usize, estimate_ns: u64) -> bool {
+    match (MINE.get(device), MINE_NS.get(device)) {
+        (Some(n), Some(ns)) => tessera_region::compute::enter_window(
+            n,
+            ns,
+            acct.window_or_default(),
+            acct.window_ns_or_default(),
+            estimate_ns,
+        ),
+        _ => false,
     }
 }
 
-/// Takes one launch off this process's and the container's in-flight counts.
-pub(crate) fn uncount(region: &Region, device: usize) {
-    if let Some(m) = MINE.get(device) {
-        // Relaxed: see `mine_in_flight`; never below zero.
-        let _ = m.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+/// Counts an admitted launch in this process's part of the container's window.
+pub(crate) fn join_mine(device: usize, estimate_ns: u64) {
+    if let (Some(n), Some(ns)) = (MINE.get(device), MINE_NS.get(device)) {
+        // Relaxed (both): this process's own counts; see `enter_window`.
+        n.fetch_add(1, Ordering::Relaxed);
+        ns.fetch_add(estimate_ns, Ordering::Relaxed);
     }
-    let acct = region.compute(device);
-    // Relaxed: a count; the gate's wake-up below orders it for sleepers.
-    let _ = acct
-        .inflight
-        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+}
+
+/// Takes `launches` launches estimated at `estimate_ns` in all off this process's counts.
+pub(crate) fn leave_mine(device: usize, launches: u32, estimate_ns: u64) {
+    if let (Some(n), Some(ns)) = (MINE.get(device), MINE_NS.get(device)) {
+        tessera_region::compute::leave_window(n, ns, launches, estimate_ns);
+    }
+}
+
+/// Takes `launches` completed (or failed) launches estimated at `estimate_ns` in all off
+/// this process's and the container's windows.
+pub(crate) fn uncount(region: &Region, device: usize, launches: u32, estimate_ns: u64) {
+    leave_mine(device, launches, estimate_ns);
+    region.compute(device).leave_window(launches, estimate_ns);
+}
+
+/// The estimated GPU time of `work` (a kernel's function or an executable graph): what its
+/// launches measured lately, or `None` before the first one completes.
+pub(crate) fn estimate(work: usize) -> Option<u64> {
+    let mut guard = lock();
+    guard.book().estimates.get(&work).copied()
+}
+
+/// Learns from a launch of `work` that measured `ns`: a moving average (a quarter of each
+/// new measurement), so that one launch stretched by another context's time slice moves
+/// the estimate only a little.
+fn learn(estimates: &mut HashMap<usize, u64>, work: usize, ns: u64) {
+    if estimates.len() >= ESTIMATES_MAX && !estimates.contains_key(&work) {
+        // Handles of work long unloaded accumulate in a program that compiles kernels as it
+        // goes: start over rather than grow without end.
+        estimates.clear();
+    }
+    let e = estimates.entry(work).or_insert(ns);
+    *e = (*e * 3 + ns) / 4;
 }
 
 /// An event of context `ctx` (current on this thread), from the pool or new.
@@ -304,6 +343,7 @@ pub(crate) fn after_launch(
     key: StreamKey,
     ctx: usize,
     start: Option<Start>,
+    work: Work,
     launched: bool,
 ) -> bool {
     let mut guard = lock();
@@ -328,7 +368,7 @@ pub(crate) fn after_launch(
     let Some(track) = book.tracks.get_mut(&key) else {
         return false;
     };
-    track.pending.push_back(Mark { start, end });
+    track.pending.push_back(Mark { start, end, work });
     // Relaxed: see `anything_pending`.
     PENDING.fetch_add(1, Ordering::Relaxed);
     true
@@ -365,12 +405,17 @@ pub(crate) fn harvest(region: &Region, idle_check: bool) -> usize {
     if !anything_pending() {
         return 0;
     }
-    let mut done = [0u32; MAX_DEVICES];
+    let mut done = [(0u32, 0u64); MAX_DEVICES];
     let mut total = 0;
     {
         let mut guard = lock();
         let book = guard.book();
-        let Book { tracks, pool, .. } = book;
+        let Book {
+            tracks,
+            pool,
+            estimates,
+            ..
+        } = book;
         for track in tracks.values_mut() {
             while let Some(mark) = track.pending.front() {
                 let state = query_done(mark.end);
@@ -385,8 +430,9 @@ pub(crate) fn harvest(region: &Region, idle_check: bool) -> usize {
                 let mark = track.pending.pop_front().expect("front exists");
                 // Relaxed: see `anything_pending`.
                 PENDING.fetch_sub(1, Ordering::Relaxed);
-                if let Some(d) = done.get_mut(track.device) {
-                    *d += 1;
+                if let Some((n, ns)) = done.get_mut(track.device) {
+                    *n += 1;
+                    *ns += mark.work.estimate_ns;
                 }
                 total += 1;
                 let recycle = pool.entry(track.ctx).or_default();
@@ -403,6 +449,9 @@ pub(crate) fn harvest(region: &Region, idle_check: bool) -> usize {
                 }
                 let from = mark.start.map(|(s, _)| s).or(track.prev_end);
                 let ns = from.and_then(|f| elapsed_ns(f, mark.end)).unwrap_or(0);
+                if mark.start.is_some() {
+                    learn(estimates, mark.work.handle, ns);
+                }
                 let (start_at, end_at) = place(&mut track.anchor, &mark, ns, now, &mut retire);
                 if let Some(prev) = track.prev_end.replace(mark.end) {
                     retire(prev);
@@ -415,11 +464,9 @@ pub(crate) fn harvest(region: &Region, idle_check: bool) -> usize {
             }
         }
     }
-    for (device, &n) in done.iter().enumerate() {
-        for _ in 0..n {
-            uncount(region, device);
-        }
+    for (device, &(n, ns)) in done.iter().enumerate() {
         if n > 0 {
+            uncount(region, device, n, ns);
             if idle_check {
                 settle_active(region, device);
             }
@@ -541,6 +588,9 @@ pub(crate) fn after_fork_in_child() {
     BOOK.held.store(false, Ordering::Relaxed);
     PENDING.store(0, Ordering::Relaxed);
     for m in &MINE {
+        m.store(0, Ordering::Relaxed);
+    }
+    for m in &MINE_NS {
         m.store(0, Ordering::Relaxed);
     }
 }

@@ -46,6 +46,16 @@ pub(crate) struct Ticket {
     key: StreamKey,
     ctx: usize,
     start: Option<(usize, u64)>,
+    work: Work,
+}
+
+/// What a launch puts on the GPU, as the window counts it: the kernel's function or the
+/// executable graph (whose measured time is known from its earlier launches), and the
+/// GPU time it took a place in the window for.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Work {
+    pub(crate) handle: usize,
+    pub(crate) estimate_ns: u64,
 }
 
 /// Applies `TESSERA_COMPUTE` to a freshly opened region: local mode at the share asked on
@@ -84,26 +94,40 @@ pub(crate) fn configure(region: &Region) {
     );
 }
 
-/// The gate, before a launch on `stream` (`per_thread`: a `_ptsz` entry point). `None`:
-/// launch ungated and unmeasured. Otherwise the launch was admitted; pass the ticket to
-/// [`launched`].
+/// The gate, before a launch of `work` (a kernel's function or an executable graph) on
+/// `stream` (`per_thread`: a `_ptsz` entry point). `None`: launch ungated and unmeasured.
+/// Otherwise the launch was admitted; pass the ticket to [`launched`].
 #[inline(always)]
-pub(crate) fn admit(stream: *mut c_void, per_thread: bool) -> Option<Ticket> {
+pub(crate) fn admit(stream: *mut c_void, per_thread: bool, work: *mut c_void) -> Option<Ticket> {
     let c = container::get()?;
     let region = c.region();
     if region.compute_limited() == 0 {
         return None;
     }
-    admit_limited(region, stream, per_thread)
+    admit_limited(region, stream, per_thread, work as usize)
 }
 
 #[inline(never)]
-fn admit_limited(region: &'static Region, stream: *mut c_void, per_thread: bool) -> Option<Ticket> {
+fn admit_limited(
+    region: &'static Region,
+    stream: *mut c_void,
+    per_thread: bool,
+    handle: usize,
+) -> Option<Ticket> {
     let (ctx, device) = current_device()?;
     if region.compute_limited() & (1 << device) == 0 || capturing(stream, per_thread) {
         return None;
     }
-    if !wait_for_admission(region, device) {
+    // Work never measured yet is taken for a whole window: it goes alone until its first
+    // completion says how long it runs (a graph of a hundred kernels is not let in a
+    // hundred times over on a guess).
+    let estimate_ns =
+        measure::estimate(handle).unwrap_or_else(|| region.compute(device).window_ns_or_default());
+    let work = Work {
+        handle,
+        estimate_ns,
+    };
+    if !wait_for_admission(region, device, work) {
         return None;
     }
     let key = StreamKey::of(stream, per_thread, ctx);
@@ -114,14 +138,15 @@ fn admit_limited(region: &'static Region, stream: *mut c_void, per_thread: bool)
         key,
         ctx,
         start,
+        work,
     })
 }
 
 /// After an admitted launch returned `rc`: measures it, or gives its place in the window
 /// back if it failed or cannot be measured.
 pub(crate) fn launched(t: Ticket, rc: u32) {
-    if !measure::after_launch(t.key, t.ctx, t.start, rc == SUCCESS) {
-        measure::uncount(t.region, t.device);
+    if !measure::after_launch(t.key, t.ctx, t.start, t.work, rc == SUCCESS) {
+        measure::uncount(t.region, t.device, 1, t.work.estimate_ns);
         measure::settle_active(t.region, t.device);
         t.region.compute(t.device).wake_gate();
     }
@@ -180,8 +205,9 @@ enum Refusal {
     WindowFull,
 }
 
-/// Waits until the launch may go on `device`; `false` if the device became unlimited.
-fn wait_for_admission(region: &Region, device: usize) -> bool {
+/// Waits until the launch of `work` may go on `device`; `false` if the device became
+/// unlimited.
+fn wait_for_admission(region: &Region, device: usize, work: Work) -> bool {
     let acct = region.compute(device);
     raise_active(acct, device);
     let mut waiting_since = None;
@@ -192,7 +218,7 @@ fn wait_for_admission(region: &Region, device: usize) -> bool {
         acct.refill_local(monotonic_ns());
         measure::harvest(region, false);
         if waiting_since.is_none() {
-            if try_admit(acct, device).is_ok() {
+            if try_admit(acct, device, work).is_ok() {
                 break true;
             }
             // SeqCst: the waiter's half of the protocol in `tessera_region`'s compute
@@ -203,7 +229,7 @@ fn wait_for_admission(region: &Region, device: usize) -> bool {
         }
         // SeqCst: see above; loaded after counting, checked after loading.
         let seen = acct.gate.load(Ordering::SeqCst);
-        match try_admit(acct, device) {
+        match try_admit(acct, device, work) {
             Ok(()) => break true,
             Err(Refusal::WindowFull) => match measure::oldest_end(device) {
                 Some(end) => measure::wait_event(end),
@@ -291,10 +317,10 @@ fn online_elsewhere(acct: &ComputeAccount, device: usize) -> bool {
         && container::board().is_some_and(|b| b.online(device) != 0)
 }
 
-/// One attempt to take a place: not blocked, bucket positive, room in the window (the
-/// container's, with a daemon; this process's, in local mode, so that a process killed with
-/// launches in flight cannot hold the others' window).
-fn try_admit(acct: &ComputeAccount, device: usize) -> Result<(), Refusal> {
+/// One attempt to take a place: not blocked, bucket positive, room in the window for the
+/// work's estimate (the container's window, with a daemon; this process's, in local mode,
+/// so that a process killed with launches in flight cannot hold the others' window).
+fn try_admit(acct: &ComputeAccount, device: usize, work: Work) -> Result<(), Refusal> {
     // SeqCst: part of the sleep protocol (checked after `gate` is loaded).
     if acct.blocked.load(Ordering::SeqCst) != 0 || online_elsewhere(acct, device) {
         let now = monotonic_ns();
@@ -309,21 +335,17 @@ fn try_admit(acct: &ComputeAccount, device: usize) -> Result<(), Refusal> {
     if acct.bucket_ns.load(Ordering::SeqCst) <= 0 {
         return Err(Refusal::Empty);
     }
-    let window = acct.window_or_default();
-    // Relaxed (all below): counts; the window's compare-and-swap is what keeps it exact.
+    let estimate = work.estimate_ns;
+    // Relaxed: a setting read afresh at every launch.
     if acct.mode.load(Ordering::Relaxed) == COMPUTE_LOCAL {
-        if measure::mine_in_flight(device) >= window {
+        if !measure::enter_mine(acct, device, estimate) {
             return Err(Refusal::WindowFull);
         }
-        acct.inflight.fetch_add(1, Ordering::Relaxed);
-    } else if acct
-        .inflight
-        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
-            (n < window).then_some(n + 1)
-        })
-        .is_err()
-    {
+        acct.join_window(estimate);
+    } else if !acct.enter_window(estimate) {
         return Err(Refusal::WindowFull);
+    } else {
+        measure::join_mine(device, estimate);
     }
     // SeqCst (both): a block that lands after the check above but before this launch is
     // counted must still stop it. Counting first and checking again orders the two: either
@@ -332,14 +354,12 @@ fn try_admit(acct: &ComputeAccount, device: usize) -> Result<(), Refusal> {
     // among those admitted before it.
     acct.launches.fetch_add(1, Ordering::SeqCst);
     if acct.blocked.load(Ordering::SeqCst) != 0 || online_elsewhere(acct, device) {
-        // Relaxed (both): taking back the count and the place just taken.
+        // Relaxed: taking back the count just taken.
         acct.launches.fetch_sub(1, Ordering::Relaxed);
-        let _ = acct
-            .inflight
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+        measure::leave_mine(device, 1, estimate);
+        acct.leave_window(1, estimate);
         return Err(Refusal::Blocked);
     }
-    measure::count_mine(device);
     Ok(())
 }
 
