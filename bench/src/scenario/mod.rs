@@ -16,6 +16,7 @@ mod overhead;
 pub mod plot;
 mod priority;
 pub mod report;
+mod shapes;
 mod shares;
 mod testbed;
 
@@ -220,6 +221,18 @@ pub const SCENARIOS: &[Scenario] = &[
         about: "caps of 2, 3 and 4 GiB, asked for 120 % in two steps: peak ≤ cap, the rest refused, the cap free again after",
         run: memory::memory_caps,
     },
+    Scenario {
+        name: "shapes",
+        item: 11,
+        about: "fixed:30 alone, deep-queueing shapes (null stream with 1 ms, 20 µs and 50 ms kernels, 4 streams, a graph, per-thread stream, 4 threads): 30 ± 2 % in every 1 s window; controld's measure within 1 point",
+        run: shapes::fixed_shapes,
+    },
+    Scenario {
+        name: "mixed-deep",
+        item: 12,
+        about: "deep-queueing containers: fixed:20 + burst:30 + best-effort 20 / 55 / 25 ± 3 %; fixed:30 + fixed:70 30 / 70 ± 2 %",
+        run: shapes::mixed_deep,
+    },
 ];
 
 /// The scenario called `name`.
@@ -304,28 +317,61 @@ impl TrainRun {
     }
 }
 
-/// Runs `gpuload train --kernel-ms <kernel_ms>` in each of `specs`' containers, waits until
-/// all run, lets them settle for `warmup`, then measures for `phase` sampling every `period`.
+/// A saturating `gpuload` workload: its mode and options, less `--seconds`.
+#[derive(Debug, Clone)]
+pub struct Workload(pub Vec<String>);
+
+impl Workload {
+    /// `gpuload train --kernel-ms <kernel_ms>`: a few kernels in flight, a wait per launch.
+    pub fn train(kernel_ms: f64) -> Workload {
+        Workload::of(&["train", "--kernel-ms", &format!("{kernel_ms}")])
+    }
+
+    /// A deep-queueing shape of `gpuload` (`queue`, `streams`, `graph`, `ptsz`, `threads`),
+    /// `count` streams, graph kernels or threads, in rounds of about a second of kernels of
+    /// `kernel_ms` before each synchronization.
+    pub fn deep(mode: &str, count: usize, kernel_ms: f64) -> Workload {
+        let depth = ((1000.0 / kernel_ms) as usize).clamp(count.max(1), 5000);
+        Workload::of(&[
+            mode,
+            "--kernel-ms",
+            &format!("{kernel_ms}"),
+            "--depth",
+            &depth.to_string(),
+        ])
+        .with_count(mode, count)
+    }
+
+    fn with_count(mut self, mode: &str, count: usize) -> Workload {
+        if matches!(mode, "streams" | "graph" | "threads") {
+            self.0.extend(["--count".to_string(), count.to_string()]);
+        }
+        self
+    }
+
+    fn of(args: &[&str]) -> Workload {
+        Workload(args.iter().map(|a| a.to_string()).collect())
+    }
+}
+
+/// Runs `workload` in each of `specs`' containers, waits until all run, lets them settle for
+/// `warmup`, then measures for `phase` sampling every `period`.
 fn train_together(
     bins: &Bins,
     specs: &[Spec],
     tessera: bool,
-    kernel_ms: f64,
+    workload: &Workload,
     warmup: Duration,
     phase: Duration,
     period: Duration,
 ) -> Result<TrainRun, String> {
     let bed = Testbed::new(bins, specs, tessera)?;
     let seconds = format!("{}", (warmup + phase).as_secs_f64() + 15.0);
-    let kernel = format!("{kernel_ms}");
+    let mut args: Vec<&str> = workload.0.iter().map(String::as_str).collect();
+    args.extend(["--seconds", &seconds]);
     let mut procs = specs
         .iter()
-        .map(|s| {
-            bed.gpuload(
-                s.name,
-                &["train", "--kernel-ms", &kernel, "--seconds", &seconds],
-            )
-        })
+        .map(|s| bed.gpuload(s.name, &args))
         .collect::<Result<Vec<_>, _>>()?;
     let sampler = Sampler::start(bed.node_state(), period)?;
     wait_running(

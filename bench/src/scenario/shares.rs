@@ -4,19 +4,19 @@
 use super::plot::{Chart, Panel, Series};
 use super::{
     pct, train_together, wait_running, Bins, Options, Outcome, Sampler, Spec, Testbed, Trace,
-    TrainRun,
+    TrainRun, Workload,
 };
 use std::time::Duration;
 
-const SECOND: Duration = Duration::from_secs(1);
-const TENTH: Duration = Duration::from_millis(100);
+pub(super) const SECOND: Duration = Duration::from_secs(1);
+pub(super) const TENTH: Duration = Duration::from_millis(100);
 
 /// The baseline: the same containers' workloads with no Tessera, on the node's plain
 /// time-slicing.
 fn baseline_run(
     bins: &Bins,
     specs: &[Spec],
-    kernel_ms: f64,
+    workload: &Workload,
     phase: Duration,
     o: &Options,
 ) -> Result<Option<TrainRun>, String> {
@@ -24,10 +24,10 @@ fn baseline_run(
         return Ok(None);
     }
     o.say("baseline: the same workloads without Tessera");
-    train_together(bins, specs, false, kernel_ms, SECOND / 2, phase, TENTH).map(Some)
+    train_together(bins, specs, false, workload, SECOND / 2, phase, TENTH).map(Some)
 }
 
-fn shown(baseline: &Option<TrainRun>, i: usize) -> String {
+pub(super) fn shown(baseline: &Option<TrainRun>, i: usize) -> String {
     baseline
         .as_ref()
         .map(|b| pct(b.share(i)))
@@ -86,7 +86,7 @@ const GREY: usize = 6;
 
 /// The chart of a [`TrainRun`] scenario: each container's share over a trailing `window`,
 /// with Tessera and (when run) without, the targets dashed.
-fn shares_chart(
+pub(super) fn shares_chart(
     file: &str,
     title: &str,
     specs: &[Spec],
@@ -130,7 +130,7 @@ fn shares_chart(
     }
 }
 
-fn within(share: f64, target: f64, tolerance: f64) -> bool {
+pub(super) fn within(share: f64, target: f64, tolerance: f64) -> bool {
     (share - target).abs() <= tolerance + 1e-9
 }
 
@@ -140,7 +140,7 @@ pub(super) fn fixed_alone(bins: &Bins, o: &Options) -> Result<Outcome, String> {
     let specs = [Spec::online("fixed30", "fixed:30")];
     let phase = o.phase(10.0);
     o.say("fixed:30 alone, saturating, with Tessera");
-    let run = train_together(bins, &specs, true, 1.0, SECOND, phase, TENTH)?;
+    let run = train_together(bins, &specs, true, &Workload::train(1.0), SECOND, phase, TENTH)?;
     out.notes.extend(run.daemon_note(&specs));
     let windows = run.windows(0, SECOND);
     let lo = windows.iter().copied().fold(f64::INFINITY, f64::min);
@@ -149,7 +149,7 @@ pub(super) fn fixed_alone(bins: &Bins, o: &Options) -> Result<Outcome, String> {
     out.set("min_window", lo);
     out.set("max_window", hi);
     out.set("windows", windows.len() as f64);
-    let base = baseline_run(bins, &specs, 1.0, phase.min(3 * SECOND), o)?;
+    let base = baseline_run(bins, &specs, &Workload::train(1.0), phase.min(3 * SECOND), o)?;
     out.charts.push(shares_chart(
         "fixed-alone-shares",
         "fixed:30 alone and saturating: share of GPU time",
@@ -179,9 +179,9 @@ pub(super) fn mixed(bins: &Bins, o: &Options) -> Result<Outcome, String> {
     let targets = [0.20, 0.55, 0.25];
     let phase = o.phase(10.0);
     o.say("fixed:20 + burst:30 + best-effort with Tessera");
-    let run = train_together(bins, &specs, true, 1.0, SECOND, phase, TENTH)?;
+    let run = train_together(bins, &specs, true, &Workload::train(1.0), SECOND, phase, TENTH)?;
     out.notes.extend(run.daemon_note(&specs));
-    let base = baseline_run(bins, &specs, 1.0, phase.min(5 * SECOND), o)?;
+    let base = baseline_run(bins, &specs, &Workload::train(1.0), phase.min(5 * SECOND), o)?;
     out.charts.push(shares_chart(
         "mixed-shares",
         "fixed:20 + burst:30 + best-effort, all saturating: shares of GPU time",
@@ -220,9 +220,9 @@ pub(super) fn best_effort(bins: &Bins, o: &Options) -> Result<Outcome, String> {
     ];
     let phase = o.phase(5.0);
     o.say("four best-effort with Tessera");
-    let run = train_together(bins, &specs, true, 1.0, SECOND, phase, TENTH)?;
+    let run = train_together(bins, &specs, true, &Workload::train(1.0), SECOND, phase, TENTH)?;
     out.notes.extend(run.daemon_note(&specs));
-    let base = baseline_run(bins, &specs, 1.0, phase, o)?;
+    let base = baseline_run(bins, &specs, &Workload::train(1.0), phase, o)?;
     out.charts.push(shares_chart(
         "best-effort-shares",
         "four best-effort containers, all saturating: shares of GPU time",
@@ -251,7 +251,7 @@ pub(super) fn long_kernels(bins: &Bins, o: &Options) -> Result<Outcome, String> 
     let specs = [Spec::online("fixed30", "fixed:30")];
     let phase = o.phase(10.0);
     o.say("fixed:30 with 50 ms kernels, with Tessera");
-    let run = train_together(bins, &specs, true, 50.0, SECOND, phase, TENTH)?;
+    let run = train_together(bins, &specs, true, &Workload::train(50.0), SECOND, phase, TENTH)?;
     out.notes.extend(run.daemon_note(&specs));
     let share = run.share(0);
     let windows = run.windows(0, SECOND);
@@ -260,7 +260,7 @@ pub(super) fn long_kernels(bins: &Bins, o: &Options) -> Result<Outcome, String> 
     out.set("share", share);
     out.set("min_window", lo);
     out.set("max_window", hi);
-    let base = baseline_run(bins, &specs, 50.0, phase.min(3 * SECOND), o)?;
+    let base = baseline_run(bins, &specs, &Workload::train(50.0), phase.min(3 * SECOND), o)?;
     out.charts.push(shares_chart(
         "long-kernels-shares",
         "fixed:30 with 50 ms kernels: share of GPU time",
