@@ -40,7 +40,7 @@
 #define TESSERA_MAGIC "TESSERA"
 #define TESSERA_MAGIC_LEN 8
 /* Bumped whenever a byte of the layout moves or changes meaning. */
-#define TESSERA_ABI_VERSION 2u
+#define TESSERA_ABI_VERSION 3u
 /* Device accounts in a region. */
 #define TESSERA_MAX_DEVICES 16
 /* Process slots in a region. */
@@ -70,10 +70,10 @@
 #define TESSERA_DEFAULT_WINDOW_NS 2000000ull
 /* A whole device's time in parts per million. */
 #define TESSERA_PPM_ALL 1000000u
-/* 1 ms busy bins per compute account (a ring), and the low bits of a bin holding its ns;
- * the bits above hold the bin's millisecond of CLOCK_MONOTONIC plus one (0: empty). */
-#define TESSERA_BUSY_BINS 256
-#define TESSERA_BUSY_NS_BITS 24
+/* Busy spans per compute account (a ring), and the low bits of a span holding its length
+ * in us; the bits above hold its start in us of CLOCK_MONOTONIC, modulo 2^40 (0: empty). */
+#define TESSERA_SPAN_SLOTS 256
+#define TESSERA_SPAN_LEN_BITS 24
 
 /* What the file is and whom it belongs to. 128 bytes. */
 struct tessera_header {
@@ -124,8 +124,9 @@ struct tessera_compute_account {
     uint64_t blocked_at_ns;    /* atomic (d): when controld last set blocked */
     uint64_t board_set_ns;     /* atomic (l): when an online container last set its board bit */
     uint64_t inflight_ns;      /* atomic (l): estimated GPU ns of the launches in flight */
-    uint8_t reserved2[32];     /* zero */
-    uint64_t busy_bins[TESSERA_BUSY_BINS]; /* atomic (l adds, d empties): packed 1 ms bins */
+    uint32_t span_cursor;      /* atomic (l): where the next busy span goes in spans */
+    uint8_t reserved2[28];     /* zero */
+    uint64_t spans[TESSERA_SPAN_SLOTS]; /* atomic (l adds, d empties): packed busy spans */
 };
 
 /* One process slot; three cache lines. */
@@ -158,13 +159,13 @@ struct tessera_board {
 };
 
 #define TESSERA_REGION_SIZE \
-    (128u + (64u + 192u + 8u * TESSERA_BUSY_BINS) * TESSERA_MAX_DEVICES + \
+    (128u + (64u + 192u + 8u * TESSERA_SPAN_SLOTS) * TESSERA_MAX_DEVICES + \
      192u * TESSERA_MAX_PROCESSES)
 
 #if defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
 _Static_assert(sizeof(struct tessera_header) == 128, "tessera_header is 128 bytes");
 _Static_assert(sizeof(struct tessera_device_account) == 64, "one cache line");
-_Static_assert(sizeof(struct tessera_compute_account) == 192 + 8 * TESSERA_BUSY_BINS,
+_Static_assert(sizeof(struct tessera_compute_account) == 192 + 8 * TESSERA_SPAN_SLOTS,
                "compute account size");
 _Static_assert(sizeof(struct tessera_process_entry) == 192, "three cache lines");
 _Static_assert(sizeof(struct tessera_region) == TESSERA_REGION_SIZE, "region size");

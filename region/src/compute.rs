@@ -1,5 +1,6 @@
 //! A container's compute account on one device: the futex words its throttled launches sleep
-//! on, its GPU-time token bucket and its ring of 1 ms busy bins. The primitives only; the
+//! on, its GPU-time token bucket and its in-flight window (its ring of busy spans is in
+//! `spans.rs`). The primitives only; the
 //! library decides when to launch and `controld` decides the rates.
 //!
 //! Sleeping without lost wake-ups: a launch that must wait first counts itself in
@@ -12,22 +13,15 @@
 //! and so do its load of `gate` and its check, which then see the refill. Waits also time
 //! out (at most a millisecond in the library), so even a lost wake-up costs little.
 
-use crate::layout::{
-    ComputeAccount, BUSY_BINS, BUSY_NS_BITS, COMPUTE_LOCAL, COMPUTE_UNLIMITED, PPM_ALL,
-};
+use crate::layout::{ComputeAccount, COMPUTE_LOCAL, COMPUTE_UNLIMITED, PPM_ALL};
+use crate::spans::BusySpan;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-/// Nanoseconds a bin's packed word can hold; more saturates.
-const BIN_NS_MAX: u64 = (1 << BUSY_NS_BITS) - 1;
-/// Nanoseconds per busy bin.
-const BIN_NS: u64 = 1_000_000;
 /// How often the processes of a [`COMPUTE_LOCAL`] container refill their bucket.
 pub const LOCAL_REFILL_NS: u64 = 1_000_000;
 /// The most a [`COMPUTE_LOCAL`] bucket holds: this long at its share (no hoarding while
 /// idle beyond a few milliseconds).
 pub const LOCAL_BURST_NS: u64 = 5_000_000;
-/// How old a busy bin is before a [`COMPUTE_LOCAL`] refill settles it.
-pub const LOCAL_SETTLE_MS: u64 = 50;
 /// The deepest debt a bucket is refilled from: a kernel longer than this is not charged in
 /// full (it is several seconds of GPU time, far past any refill period).
 pub const MAX_DEBT_NS: i64 = 5_000_000_000;
@@ -41,16 +35,6 @@ pub fn monotonic_ns() -> u64 {
     // SAFETY: clock_gettime writes one timespec to our local; CLOCK_MONOTONIC always exists.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     u64::try_from(ts.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(ts.tv_nsec).unwrap_or(0)
-}
-
-/// One settled 1 ms bin of a container's busy time on a device.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct BusyBin {
-    /// The millisecond of the node clock (`monotonic_ns() / 1_000_000`) it covers.
-    pub ms: u64,
-    /// Busy nanoseconds the container's event intervals put in it (raw: other containers'
-    /// time slices included; at most about 16.7 ms, saturating).
-    pub busy_ns: u64,
 }
 
 /// Why a futex wait returned.
@@ -240,13 +224,13 @@ impl ComputeAccount {
         } else {
             i64::MAX
         };
-        // Bins old enough are settled: where the container's processes overlapped on the
-        // device (their event intervals include each other's time slices), the excess over
-        // the bin's length was charged twice and is given back.
-        let mut refund = 0u64;
-        self.settle_bins((now_ns / BIN_NS).saturating_sub(LOCAL_SETTLE_MS), |bin| {
-            refund += bin.busy_ns.saturating_sub(BIN_NS);
-        });
+        // Where the container's own spans overlapped (its processes' and streams' intervals
+        // include each other's time slices or ran at once), the overlap was charged twice
+        // and is given back. Spans read at different refills are not compared: what that
+        // misses is a refund forgone, never time given away.
+        let mut spans = self.take_spans(now_ns);
+        let raw: u64 = spans.iter().map(BusySpan::len_ns).sum();
+        let refund = raw.saturating_sub(crate::spans::union_ns(&mut spans));
         let refund = i64::try_from(refund).unwrap_or(i64::MAX);
         let (old, _) = self.credit(add, cap);
         let (_, new) = if refund > 0 {
@@ -264,79 +248,6 @@ impl ComputeAccount {
     pub fn is_limited(&self) -> bool {
         // Relaxed: a mode read afresh at every launch.
         self.mode.load(Ordering::Relaxed) != COMPUTE_UNLIMITED
-    }
-
-    /// Adds the busy interval `[start_ns, end_ns)` of the node clock to the 1 ms bins it
-    /// covers, each getting its overlap. A bin whose slot of the ring holds a newer
-    /// millisecond (the interval is over [`BUSY_BINS`] ms old) is dropped; a slot holding an
-    /// older, unsettled millisecond is taken over (nobody settles this container's bins).
-    pub fn add_busy(&self, start_ns: u64, end_ns: u64) {
-        if end_ns <= start_ns {
-            return;
-        }
-        // Only the last BUSY_BINS ms of an interval can be held.
-        let start_ns = start_ns.max(end_ns.saturating_sub(BUSY_BINS as u64 * BIN_NS));
-        let mut ms = start_ns / BIN_NS;
-        while ms * BIN_NS < end_ns {
-            let lo = start_ns.max(ms * BIN_NS);
-            let hi = end_ns.min((ms + 1) * BIN_NS);
-            self.add_to_bin(ms, hi - lo);
-            ms += 1;
-        }
-    }
-
-    fn add_to_bin(&self, ms: u64, ns: u64) {
-        let slot = &self.busy_bins[(ms % BUSY_BINS as u64) as usize];
-        let tag = ms + 1;
-        // Relaxed (success and failure): each bin is one word that carries no other data;
-        // the compare-and-swap makes adders and the settler exclusive.
-        let _ = slot.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |cur| {
-            let held = cur >> BUSY_NS_BITS;
-            if held > tag {
-                None
-            } else if held == tag {
-                let total = ((cur & BIN_NS_MAX) + ns).min(BIN_NS_MAX);
-                Some(tag << BUSY_NS_BITS | total)
-            } else {
-                Some(tag << BUSY_NS_BITS | ns.min(BIN_NS_MAX))
-            }
-        });
-    }
-
-    /// Empties and returns every bin of millisecond `up_to_ms` or older (`controld` settles
-    /// bins old enough that no harvest will add to them any more, e.g. 100 ms), oldest
-    /// first. A bin of an already settled millisecond may show up again if a late harvest
-    /// added to it.
-    pub fn take_settled_bins(&self, up_to_ms: u64) -> Vec<BusyBin> {
-        let mut out = Vec::new();
-        self.settle_bins(up_to_ms, |bin| out.push(bin));
-        out.sort_by_key(|b| b.ms);
-        out
-    }
-
-    /// Empties every bin of millisecond `up_to_ms` or older, handing each to `take` (in
-    /// ring order, not time order).
-    pub fn settle_bins(&self, up_to_ms: u64, mut take: impl FnMut(BusyBin)) {
-        for slot in &self.busy_bins {
-            // Relaxed (all): see `add_to_bin`.
-            let mut cur = slot.load(Ordering::Relaxed);
-            loop {
-                let tag = cur >> BUSY_NS_BITS;
-                if tag == 0 || tag - 1 > up_to_ms {
-                    break;
-                }
-                match slot.compare_exchange(cur, 0, Ordering::Relaxed, Ordering::Relaxed) {
-                    Ok(_) => {
-                        take(BusyBin {
-                            ms: tag - 1,
-                            busy_ns: cur & BIN_NS_MAX,
-                        });
-                        break;
-                    }
-                    Err(now) => cur = now,
-                }
-            }
-        }
     }
 }
 
@@ -432,56 +343,6 @@ mod tests {
     fn account() -> Box<ComputeAccount> {
         // SAFETY: all-zero bytes are a valid ComputeAccount (integers and atomics).
         unsafe { Box::new(std::mem::zeroed()) }
-    }
-
-    #[test]
-    fn busy_intervals_are_spread_over_the_bins_they_cover() {
-        let a = account();
-        a.add_busy(10_400_000, 12_100_000);
-        a.add_busy(11_000_000, 11_500_000);
-        assert_eq!(
-            a.take_settled_bins(10),
-            vec![BusyBin {
-                ms: 10,
-                busy_ns: 600_000
-            }]
-        );
-        assert_eq!(
-            a.take_settled_bins(100),
-            vec![
-                BusyBin {
-                    ms: 11,
-                    busy_ns: 1_500_000
-                },
-                BusyBin {
-                    ms: 12,
-                    busy_ns: 100_000
-                },
-            ]
-        );
-        // Settled once: nothing comes back.
-        assert!(a.take_settled_bins(100).is_empty());
-    }
-
-    #[test]
-    fn bins_too_old_for_the_ring_are_dropped_and_stale_ones_replaced() {
-        let a = account();
-        a.add_busy(1_000_000, 1_500_000); // ms 1
-        a.add_busy(257_000_000, 257_200_000); // ms 257: the same slot, newer
-        a.add_busy(1_000_000, 1_100_000); // ms 1 again: older than the slot's, dropped
-        assert_eq!(
-            a.take_settled_bins(1000),
-            vec![BusyBin {
-                ms: 257,
-                busy_ns: 200_000
-            }]
-        );
-        // An interval longer than the ring keeps only its last BUSY_BINS ms.
-        a.add_busy(0, 1_000_000_000);
-        let bins = a.take_settled_bins(u64::MAX >> 30);
-        assert_eq!(bins.len(), BUSY_BINS);
-        assert_eq!(bins[0].ms, 1000 - BUSY_BINS as u64);
-        assert!(bins.iter().all(|b| b.busy_ns == BIN_NS));
     }
 
     #[test]

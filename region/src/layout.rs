@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64};
 /// First bytes of every region file.
 pub const MAGIC: [u8; 8] = *b"TESSERA\0";
 /// Version of this layout; bumped whenever a byte moves or changes meaning.
-pub const ABI_VERSION: u32 = 2;
+pub const ABI_VERSION: u32 = 3;
 /// Devices one container can use (one [`DeviceAccount`] each).
 pub const MAX_DEVICES: usize = 16;
 /// Process slots in a region: the most processes of one container that use the GPU at once.
@@ -52,11 +52,11 @@ pub const DEFAULT_WINDOW: u32 = 256;
 pub const DEFAULT_WINDOW_NS: u64 = 2_000_000;
 /// One share in parts per million: 100% of a device's time.
 pub const PPM_ALL: u32 = 1_000_000;
-/// 1 ms bins of device busy time in [`ComputeAccount::busy_bins`] (a ring).
-pub const BUSY_BINS: usize = 256;
-/// Low bits of a packed busy bin that hold its nanoseconds (saturating); the bits above
-/// hold the bin's millisecond plus one (0: empty bin).
-pub const BUSY_NS_BITS: u32 = 24;
+/// Slots of [`ComputeAccount::spans`] (a ring).
+pub const SPAN_SLOTS: usize = 256;
+/// Low bits of a packed busy span that hold its length in µs; the bits above hold its start
+/// in µs of the node clock, modulo 2^40 (0: empty slot).
+pub const SPAN_LEN_BITS: u32 = 24;
 
 /// [`ProcessEntry::state`]: nobody owns the slot.
 pub const SLOT_FREE: u32 = 0;
@@ -201,12 +201,14 @@ pub struct ComputeAccount {
     /// amount, when it completes). Written by the library; `controld` clears it with
     /// `inflight` once no process of the container is left.
     pub inflight_ns: AtomicU64,
+    /// Where the next busy span is put in `spans` (round robin). Written by the library.
+    pub span_cursor: AtomicU32,
     /// Zero; ends the third cache line.
-    pub reserved2: [u8; 32],
-    /// Ring of 1 ms bins of busy time, the bin of millisecond `ms` at `ms % BUSY_BINS`;
-    /// each packs `(ms + 1) << BUSY_NS_BITS | ns` (0: empty). Added to by the library as
-    /// kernels complete, emptied by `controld` when it settles them.
-    pub busy_bins: [AtomicU64; BUSY_BINS],
+    pub reserved2: [u8; 28],
+    /// Ring of busy spans: when the container's measured kernels ran, on the node clock
+    /// (`spans.rs` in the region crate has the packing). Added to by the library as kernels
+    /// complete, emptied by `controld` (or a local-mode refill) as it settles overlap.
+    pub spans: [AtomicU64; SPAN_SLOTS],
 }
 
 /// The whole region file.
@@ -295,15 +297,16 @@ const _: () = assert!(offset_of!(ComputeAccount, board_set_ns) == 144);
 const _: () = assert!(offset_of!(ComputeAccount, window_ns) == 40);
 const _: () = assert!(offset_of!(ComputeAccount, reserved1) == 48);
 const _: () = assert!(offset_of!(ComputeAccount, inflight_ns) == 152);
-const _: () = assert!(offset_of!(ComputeAccount, reserved2) == 160);
-const _: () = assert!(offset_of!(ComputeAccount, busy_bins) == 192);
-const _: () = assert!(size_of::<ComputeAccount>() == 192 + 8 * BUSY_BINS);
+const _: () = assert!(offset_of!(ComputeAccount, span_cursor) == 160);
+const _: () = assert!(offset_of!(ComputeAccount, reserved2) == 164);
+const _: () = assert!(offset_of!(ComputeAccount, spans) == 192);
+const _: () = assert!(size_of::<ComputeAccount>() == 192 + 8 * SPAN_SLOTS);
 const _: () = assert!(size_of::<ComputeAccount>().is_multiple_of(64));
 const _: () = assert!(offset_of!(RegionLayout, compute) == 128 + 64 * MAX_DEVICES);
 const _: () =
-    assert!(offset_of!(RegionLayout, processes) == 128 + (64 + 192 + 8 * BUSY_BINS) * MAX_DEVICES);
+    assert!(offset_of!(RegionLayout, processes) == 128 + (64 + 192 + 8 * SPAN_SLOTS) * MAX_DEVICES);
 const _: () =
-    assert!(TOTAL_SIZE == 128 + (64 + 192 + 8 * BUSY_BINS) * MAX_DEVICES + 192 * MAX_PROCESSES);
+    assert!(TOTAL_SIZE == 128 + (64 + 192 + 8 * SPAN_SLOTS) * MAX_DEVICES + 192 * MAX_PROCESSES);
 const _: () = assert!(size_of::<AtomicI64>() == 8 && align_of::<AtomicI64>() == 8);
 const _: () = assert!(MAX_DEVICES <= 32); // one bit each in `Header::compute_limited`
 const _: () = assert!(align_of::<RegionLayout>() == 64);
@@ -388,8 +391,9 @@ pub fn describe() -> Vec<FieldLayout> {
         field!("tessera_compute_account", ComputeAccount, blocked_at_ns),
         field!("tessera_compute_account", ComputeAccount, board_set_ns),
         field!("tessera_compute_account", ComputeAccount, inflight_ns),
+        field!("tessera_compute_account", ComputeAccount, span_cursor),
         field!("tessera_compute_account", ComputeAccount, reserved2),
-        field!("tessera_compute_account", ComputeAccount, busy_bins),
+        field!("tessera_compute_account", ComputeAccount, spans),
         whole!("tessera_process_entry", ProcessEntry),
         field!("tessera_process_entry", ProcessEntry, state),
         field!("tessera_process_entry", ProcessEntry, pid),

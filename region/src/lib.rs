@@ -32,16 +32,16 @@ mod liveness;
 mod memory;
 mod name;
 mod slot;
+pub mod spans;
 pub mod units;
 
 pub use board::{Board, BOARD_FILE};
-pub use compute::{
-    monotonic_ns, BusyBin, Woken, LOCAL_BURST_NS, LOCAL_REFILL_NS, LOCAL_SETTLE_MS, MAX_DEBT_NS,
-};
+pub use compute::{monotonic_ns, Woken, LOCAL_BURST_NS, LOCAL_REFILL_NS, MAX_DEBT_NS};
 pub use error::RegionError;
 pub use layout::{MAX_DEVICES, MAX_PROCESSES};
 pub use memory::OverCap;
 pub use slot::{ProcessInfo, ProcessSlot};
+pub use spans::BusySpan;
 
 use layout::{ComputeAccount, DeviceAccount, RegionLayout, COMPUTE_UNLIMITED};
 use memory::MemoryCap;

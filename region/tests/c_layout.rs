@@ -43,7 +43,7 @@ fn program() -> String {
            (unsigned)TESSERA_PRIORITY_ONLINE, (unsigned)TESSERA_PRIORITY_OFFLINE,
            (unsigned)TESSERA_DEFAULT_WINDOW,
            (unsigned long long)TESSERA_DEFAULT_WINDOW_NS, (unsigned)TESSERA_PPM_ALL,
-           (unsigned)TESSERA_BUSY_BINS, (unsigned)TESSERA_BUSY_NS_BITS);
+           (unsigned)TESSERA_SPAN_SLOTS, (unsigned)TESSERA_SPAN_LEN_BITS);
     printf("ENV %s %s %s %s %s %s\n", TESSERA_ENV_REGION, TESSERA_ENV_MEMORY_LIMIT,
            TESSERA_ENV_COMPUTE, TESSERA_ENV_REAL_LIBCUDA, TESSERA_ENV_STATE_DIR, TESSERA_ENV_LOG);
     return 0;
@@ -138,8 +138,8 @@ fn check(output: &str) {
                 layout::DEFAULT_WINDOW,
                 layout::DEFAULT_WINDOW_NS,
                 layout::PPM_ALL,
-                layout::BUSY_BINS,
-                layout::BUSY_NS_BITS
+                layout::SPAN_SLOTS,
+                layout::SPAN_LEN_BITS
             ),
         ),
         (

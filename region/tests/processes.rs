@@ -602,21 +602,24 @@ fn a_waiter_in_another_process_is_woken_by_the_refill() {
 }
 
 #[test]
-fn busy_bins_written_by_two_processes_are_settled_once() {
-    let path = temp_path("bins");
+fn busy_spans_written_by_two_mappings_are_taken_once() {
+    let path = temp_path("spans");
     let r = region(&path, None);
     let acct = r.compute(0);
-    // Two writers (this process and a mapping of the same file) spreading intervals across
-    // millisecond boundaries.
+    // Two writers: this mapping and another of the same file.
     let other = Region::open(&path).unwrap();
-    acct.add_busy(5_000_000_000, 5_002_500_000);
-    other.compute(0).add_busy(5_001_500_000, 5_003_000_000);
-    let bins = other.compute(0).take_settled_bins(5_001);
-    let ns: Vec<(u64, u64)> = bins.iter().map(|b| (b.ms, b.busy_ns)).collect();
-    assert_eq!(ns, vec![(5_000, 1_000_000), (5_001, 1_500_000)]);
-    let rest = acct.take_settled_bins(u64::MAX >> 30);
-    let ns: Vec<(u64, u64)> = rest.iter().map(|b| (b.ms, b.busy_ns)).collect();
-    assert_eq!(ns, vec![(5_002, 1_500_000)]);
-    assert!(acct.take_settled_bins(u64::MAX >> 30).is_empty());
+    acct.add_span(5_000_000_000, 5_002_500_000);
+    other.compute(0).add_span(5_001_500_000, 5_003_000_000);
+    let mut spans = other.compute(0).take_spans(5_010_000_000);
+    spans.sort_by_key(|s| s.start_ns);
+    let got: Vec<(u64, u64)> = spans.iter().map(|s| (s.start_ns, s.end_ns)).collect();
+    assert_eq!(
+        got,
+        vec![
+            (5_000_000_000, 5_002_500_000),
+            (5_001_500_000, 5_003_000_000)
+        ]
+    );
+    assert!(acct.take_spans(5_010_000_000).is_empty());
     let _ = std::fs::remove_file(&path);
 }

@@ -72,7 +72,13 @@ pub(super) fn fixed_shapes(bins: &Bins, o: &Options) -> Result<Outcome, String> 
             o.say(&format!("fixed:30, {label}, without Tessera"));
             let p = phase.min(3 * SECOND);
             Some(train_together(
-                bins, &specs, false, &workload, SECOND / 2, p, TENTH,
+                bins,
+                &specs,
+                false,
+                &workload,
+                SECOND / 2,
+                p,
+                TENTH,
             )?)
         } else {
             None
@@ -127,13 +133,21 @@ pub(super) fn mixed_deep(bins: &Bins, o: &Options) -> Result<Outcome, String> {
         ),
     ];
     for (set, specs, targets, tolerance) in sets {
-        o.say(&format!("{set}, every container queueing 1000 kernels a round, with Tessera"));
+        o.say(&format!(
+            "{set}, every container queueing 1000 kernels a round, with Tessera"
+        ));
         let run = train_together(bins, &specs, true, &workload, SECOND, phase, TENTH)?;
         let base = if o.baseline {
             o.say("the same without Tessera");
             let p = phase.min(3 * SECOND);
             Some(train_together(
-                bins, &specs, false, &workload, SECOND / 2, p, TENTH,
+                bins,
+                &specs,
+                false,
+                &workload,
+                SECOND / 2,
+                p,
+                TENTH,
             )?)
         } else {
             None
@@ -142,7 +156,11 @@ pub(super) fn mixed_deep(bins: &Bins, o: &Options) -> Result<Outcome, String> {
             &format!("mixed-deep-{set}-shares"),
             &format!(
                 "{}, each queueing 1000 kernels per synchronize: shares of GPU time",
-                specs.iter().map(|s| s.compute).collect::<Vec<_>>().join(" + ")
+                specs
+                    .iter()
+                    .map(|s| s.compute)
+                    .collect::<Vec<_>>()
+                    .join(" + ")
             ),
             &specs,
             &targets,
@@ -175,4 +193,3 @@ fn others(specs: &[Spec], i: usize) -> String {
         .collect::<Vec<_>>()
         .join(" + ")
 }
-

@@ -140,7 +140,15 @@ pub(super) fn fixed_alone(bins: &Bins, o: &Options) -> Result<Outcome, String> {
     let specs = [Spec::online("fixed30", "fixed:30")];
     let phase = o.phase(10.0);
     o.say("fixed:30 alone, saturating, with Tessera");
-    let run = train_together(bins, &specs, true, &Workload::train(1.0), SECOND, phase, TENTH)?;
+    let run = train_together(
+        bins,
+        &specs,
+        true,
+        &Workload::train(1.0),
+        SECOND,
+        phase,
+        TENTH,
+    )?;
     out.notes.extend(run.daemon_note(&specs));
     let windows = run.windows(0, SECOND);
     let lo = windows.iter().copied().fold(f64::INFINITY, f64::min);
@@ -149,7 +157,13 @@ pub(super) fn fixed_alone(bins: &Bins, o: &Options) -> Result<Outcome, String> {
     out.set("min_window", lo);
     out.set("max_window", hi);
     out.set("windows", windows.len() as f64);
-    let base = baseline_run(bins, &specs, &Workload::train(1.0), phase.min(3 * SECOND), o)?;
+    let base = baseline_run(
+        bins,
+        &specs,
+        &Workload::train(1.0),
+        phase.min(3 * SECOND),
+        o,
+    )?;
     out.charts.push(shares_chart(
         "fixed-alone-shares",
         "fixed:30 alone and saturating: share of GPU time",
@@ -179,9 +193,23 @@ pub(super) fn mixed(bins: &Bins, o: &Options) -> Result<Outcome, String> {
     let targets = [0.20, 0.55, 0.25];
     let phase = o.phase(10.0);
     o.say("fixed:20 + burst:30 + best-effort with Tessera");
-    let run = train_together(bins, &specs, true, &Workload::train(1.0), SECOND, phase, TENTH)?;
+    let run = train_together(
+        bins,
+        &specs,
+        true,
+        &Workload::train(1.0),
+        SECOND,
+        phase,
+        TENTH,
+    )?;
     out.notes.extend(run.daemon_note(&specs));
-    let base = baseline_run(bins, &specs, &Workload::train(1.0), phase.min(5 * SECOND), o)?;
+    let base = baseline_run(
+        bins,
+        &specs,
+        &Workload::train(1.0),
+        phase.min(5 * SECOND),
+        o,
+    )?;
     out.charts.push(shares_chart(
         "mixed-shares",
         "fixed:20 + burst:30 + best-effort, all saturating: shares of GPU time",
@@ -220,7 +248,15 @@ pub(super) fn best_effort(bins: &Bins, o: &Options) -> Result<Outcome, String> {
     ];
     let phase = o.phase(5.0);
     o.say("four best-effort with Tessera");
-    let run = train_together(bins, &specs, true, &Workload::train(1.0), SECOND, phase, TENTH)?;
+    let run = train_together(
+        bins,
+        &specs,
+        true,
+        &Workload::train(1.0),
+        SECOND,
+        phase,
+        TENTH,
+    )?;
     out.notes.extend(run.daemon_note(&specs));
     let base = baseline_run(bins, &specs, &Workload::train(1.0), phase, o)?;
     out.charts.push(shares_chart(
@@ -251,7 +287,15 @@ pub(super) fn long_kernels(bins: &Bins, o: &Options) -> Result<Outcome, String> 
     let specs = [Spec::online("fixed30", "fixed:30")];
     let phase = o.phase(10.0);
     o.say("fixed:30 with 50 ms kernels, with Tessera");
-    let run = train_together(bins, &specs, true, &Workload::train(50.0), SECOND, phase, TENTH)?;
+    let run = train_together(
+        bins,
+        &specs,
+        true,
+        &Workload::train(50.0),
+        SECOND,
+        phase,
+        TENTH,
+    )?;
     out.notes.extend(run.daemon_note(&specs));
     let share = run.share(0);
     let windows = run.windows(0, SECOND);
@@ -260,7 +304,13 @@ pub(super) fn long_kernels(bins: &Bins, o: &Options) -> Result<Outcome, String> 
     out.set("share", share);
     out.set("min_window", lo);
     out.set("max_window", hi);
-    let base = baseline_run(bins, &specs, &Workload::train(50.0), phase.min(3 * SECOND), o)?;
+    let base = baseline_run(
+        bins,
+        &specs,
+        &Workload::train(50.0),
+        phase.min(3 * SECOND),
+        o,
+    )?;
     out.charts.push(shares_chart(
         "long-kernels-shares",
         "fixed:30 with 50 ms kernels: share of GPU time",

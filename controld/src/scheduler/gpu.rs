@@ -11,11 +11,12 @@ use tessera_region::layout::{
     ComputeAccount, COMPUTE_DAEMON, COMPUTE_LOCAL, COMPUTE_UNLIMITED, DEFAULT_WINDOW_NS,
     PRIORITY_OFFLINE, PRIORITY_ONLINE,
 };
-use tessera_region::{monotonic_ns, Board, Region, MAX_DEVICES};
+use tessera_region::{monotonic_ns, Board, BusySpan, Region, MAX_DEVICES};
 
-/// Bins are settled once they are this old: by then every harvest that could add to them
-/// has (the library harvests at least every millisecond while it has work in flight).
-pub const SETTLE_AGE_MS: u64 = 100;
+/// Busy time is settled once it is this old: by then every harvest that could add a span
+/// overlapping it has (the library harvests at least every millisecond while it has work
+/// in flight).
+pub const SETTLE_AGE_NS: u64 = 100_000_000;
 /// A bucket's refill stops at this many ticks of its rate while nothing is in flight: no
 /// hoarding while idle.
 const BUCKET_TICKS: u64 = 2;
@@ -37,6 +38,11 @@ const MAX_STEP_NS: u64 = 4 * TICK.as_nanos() as u64;
 /// still meet on the GPU when it preempts (work already there cannot be recalled). One
 /// kernel of a millisecond or more; several shorter ones.
 const OFFLINE_WINDOW_NS: u64 = 1_000_000;
+/// The window of a container alone on its GPU whose policy does not bind (best-effort,
+/// burst, `fixed:100`): no one waits behind its work, so it may queue enough to ride out a
+/// busy host's late wake-ups; the tick brings it down to the shared window within one tick
+/// of a neighbour's arrival, and what it queued drains within this much GPU time.
+const ALONE_WINDOW_NS: u64 = 16_000_000;
 
 /// Runs the tick loop until the scheduler stops, then hands the containers over to their
 /// processes ([`hand_over`]).
@@ -128,8 +134,10 @@ struct Entry {
     member: Arc<Member>,
     /// Its settled busy time over the last second.
     window: ShareWindow,
-    /// Bins settle from its second tick on: older ones predate this scheduler's view.
+    /// Spans settle from its second tick on: older ones predate this scheduler's view.
     fresh: bool,
+    /// Its spans not settled yet (younger than [`SETTLE_AGE_NS`]).
+    pending: Vec<BusySpan>,
     /// Its counters at the last change of any of them, and when that was.
     progress: [u64; 3],
     progress_ns: u64,
@@ -145,6 +153,7 @@ impl Entry {
             member,
             window: ShareWindow::default(),
             fresh: true,
+            pending: Vec::new(),
             progress: [0; 3],
             progress_ns: 0,
             checked_ns: 0,
@@ -275,11 +284,19 @@ fn set_mode(region: &Region, gpu: usize, mode: u32) {
     }
 }
 
+/// The window of a container that shares its GPU (or whose policy binds).
+fn shared_window_ns(priority: Priority) -> u64 {
+    match priority {
+        Priority::Online => DEFAULT_WINDOW_NS,
+        Priority::Offline => OFFLINE_WINDOW_NS,
+    }
+}
+
 /// The limits a container's account holds whatever its share: the daemon meters it (so
 /// its launches go through the gate and its in-flight window holds from its first launch,
 /// even while no other container shares the GPU and its rate is the whole GPU), its
-/// priority, and its window.
-fn configure(region: &Region, gpu: usize, priority: Priority) {
+/// priority, and its window of `window_ns`.
+fn configure(region: &Region, gpu: usize, priority: Priority, window_ns: u64) {
     let a = region.compute(gpu);
     store_if_changed(
         &a.priority,
@@ -290,10 +307,6 @@ fn configure(region: &Region, gpu: usize, priority: Priority) {
     );
     // 0 is the default count; the window that matters is the GPU time.
     store_if_changed(&a.window, 0);
-    let window_ns = match priority {
-        Priority::Online => DEFAULT_WINDOW_NS,
-        Priority::Offline => OFFLINE_WINDOW_NS,
-    };
     // Relaxed (both): see `store_if_changed`.
     if a.window_ns.load(Ordering::Relaxed) != window_ns {
         a.window_ns.store(window_ns, Ordering::Relaxed);
@@ -315,7 +328,7 @@ pub(super) fn prime(region: &Region, gpus: &[u32], policy: ComputePolicy, priori
         let a = region.compute(gpu);
         // Relaxed: a setting of the daemon's own.
         let fresh = a.mode.load(Ordering::Relaxed) != COMPUTE_DAEMON;
-        configure(region, gpu, priority);
+        configure(region, gpu, priority, shared_window_ns(priority));
         if fresh {
             let ppm = policy.guarantee().min(100) * (rates::WHOLE_PPM / 100);
             store_if_changed(&a.share_target_ppm, ppm);
@@ -352,7 +365,7 @@ impl GpuScheduler {
             last => now.saturating_sub(last).min(MAX_STEP_NS),
         };
         self.last_tick_ns = now;
-        let refunds = self.settle((now / settle::BIN_NS).saturating_sub(SETTLE_AGE_MS));
+        let refunds = self.settle(now);
         let gpu = self.gpu;
         for e in &mut self.entries {
             e.observe(gpu, now);
@@ -386,9 +399,18 @@ impl GpuScheduler {
             }
         }
 
+        let alone_unbound = match self.entries.as_slice() {
+            [e] => !matches!(e.member.policy, ComputePolicy::Fixed(q) if q < 100),
+            _ => false,
+        };
         for ((e, d), refund) in self.entries.iter().zip(&decisions).zip(refunds) {
             let a = e.account(gpu);
-            configure(&e.member.region, gpu, e.member.priority);
+            let window_ns = if alone_unbound {
+                ALONE_WINDOW_NS
+            } else {
+                shared_window_ns(e.member.priority)
+            };
+            configure(&e.member.region, gpu, e.member.priority, window_ns);
             a.set_board_bit(board.and(e.board_bit));
             store_if_changed(&a.share_target_ppm, d.rate_ppm);
             store_if_changed(&a.share_measured_ppm, e.window.share_ppm());
@@ -411,39 +433,45 @@ impl GpuScheduler {
         board.retain(self.gpu, mask);
     }
 
-    /// Settles every container's bins of millisecond `up_to_ms` and older; returns each
-    /// container's refund in ns (in `entries`' order).
-    fn settle(&mut self, up_to_ms: u64) -> Vec<u64> {
+    /// Collects every container's new spans and settles those older than
+    /// [`SETTLE_AGE_NS`] (a span reaching past that is cut, its rest kept for later); returns
+    /// each container's refund in ns (in `entries`' order) and moves the share windows on.
+    fn settle(&mut self, now: u64) -> Vec<u64> {
         let gpu = self.gpu;
-        let n = self.entries.len();
-        let mut refunds = vec![0u64; n];
-        let mut bins: Vec<(u64, usize, u64)> = Vec::new();
-        for (i, e) in self.entries.iter_mut().enumerate() {
-            let taken = e.member.region.compute(gpu).take_settled_bins(up_to_ms);
-            e.window.advance(up_to_ms);
+        let horizon = now.saturating_sub(SETTLE_AGE_NS);
+        let mut ripe: Vec<Vec<BusySpan>> = Vec::with_capacity(self.entries.len());
+        for e in &mut self.entries {
+            let new = e.member.region.compute(gpu).take_spans(now);
+            e.window
+                .advance((horizon / settle::BIN_NS).saturating_sub(1));
             if std::mem::take(&mut e.fresh) {
-                // Bins from before this scheduler knew the container: dropped.
+                // Spans from before this scheduler knew the container: dropped.
+                ripe.push(Vec::new());
                 continue;
             }
-            bins.extend(taken.into_iter().map(|b| (b.ms, i, b.busy_ns)));
-        }
-        bins.sort_unstable();
-        let mut raw = vec![0u64; n];
-        for group in bins.chunk_by(|a, b| a.0 == b.0) {
-            raw.iter_mut().for_each(|r| *r = 0);
-            for &(_, i, ns) in group {
-                raw[i] = raw[i].saturating_add(ns);
-            }
-            settle::settle_bin(&raw, &mut self.settled);
-            let ms = group[0].0;
-            for (i, e) in self.entries.iter_mut().enumerate() {
-                if raw[i] > 0 {
-                    e.window.add(ms, self.settled.normalised[i]);
-                    refunds[i] = refunds[i].saturating_add(self.settled.refund[i]);
+            e.pending.extend(new);
+            let mut taken = Vec::new();
+            e.pending.retain_mut(|s| {
+                if s.start_ns >= horizon {
+                    return true;
                 }
+                let end = s.end_ns.min(horizon);
+                taken.push(BusySpan {
+                    start_ns: s.start_ns,
+                    end_ns: end,
+                });
+                s.start_ns = end;
+                s.end_ns > end
+            });
+            ripe.push(taken);
+        }
+        settle::settle(&ripe, &mut self.settled);
+        for &(i, ms, ns) in &self.settled.per_ms {
+            if let Some(e) = self.entries.get_mut(i) {
+                e.window.add(ms, ns);
             }
         }
-        refunds
+        self.settled.refund.clone()
     }
 
     /// When the scheduler stops: every container keeps the share it would get if all of

@@ -1,49 +1,162 @@
-//! Settling the 1 ms busy bins of the containers on one GPU.
+//! Settling the busy spans of the containers on one GPU.
 //!
-//! The library charges each completed kernel's event interval to its container's bins. When
-//! several containers have work on one GPU, the GPU time-slices them, and a slice that cuts
-//! into a kernel lies inside that kernel's interval, so one millisecond can hold more than
-//! a millisecond of raw busy time. Settling scales every bin whose containers' raw times
-//! add up to more than its length down to that length, in proportion; the difference is
-//! refunded to the containers' buckets. A container alone keeps exactly what it was
-//! charged.
+//! The library charges each completed kernel's event interval to its container's bucket and
+//! records it as a busy span (`tessera_region::spans`). When several containers have work on
+//! one GPU, the GPU time-slices them, and a slice that cuts into a kernel lies inside that
+//! kernel's interval: the spans of two containers overlap, and each was charged for the
+//! other's slice. Settling finds who had the engine in each overlap and refunds the rest.
+//!
+//! The rule: a span starts when its context had the engine (its START event is written
+//! then), and a context that takes the engine keeps it for a time slice unless its work runs
+//! out. So in an overlap the container whose latest span began last is the one running, for
+//! up to [`TIMESLICE_NS`] after that start; past it, the containers that still cover the
+//! time alternate, and share it equally. A container's own spans (its streams and
+//! processes) are merged first: it is charged for the time it held the GPU, not the sum over
+//! its streams. A container alone keeps exactly its union.
+//!
+//! Proportional splitting, the rule before, charges a container whose short kernel ran
+//! inside a neighbour's cut kernel for only part of it (a `fixed:20` container measured 20 %
+//! while it got 26 % of the engine); the latest-start rule charges it all of it.
 
-/// A bin's length: one millisecond.
+use tessera_region::BusySpan;
+
+/// A millisecond: the unit of the share window.
 pub const BIN_NS: u64 = 1_000_000;
 
-/// The most raw busy time one container's bin may hold: its in-flight kernels on several
-/// streams may overlap each other, so a bin can honestly exceed 1 ms, but not by this much.
-/// Anything above is a corrupt region and is clamped.
+/// The time slice a context keeps the engine for once it takes it (simgpu's default
+/// quantum; NVIDIA's default time slice is of the same order).
+pub const TIMESLICE_NS: u64 = 1_000_000;
+
+/// The most busy time one container's millisecond may hold in the share window: more is a
+/// corrupt figure and is clamped.
 pub const MAX_RAW_NS: u64 = 64 * BIN_NS;
 
-/// One settled bin: each container's share of it (normalised) and its refund, in the order
-/// of the raw figures.
+/// What settling gave each container, in the order of the inputs.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Settled {
-    /// Busy time charged in the end, in ns; the sum is at most [`BIN_NS`] unless only one
-    /// container ran (a container alone is charged what it measured).
-    pub normalised: Vec<u64>,
-    /// Raw less normalised, in ns: given back to the container's bucket.
+    /// Busy time it is charged in the end, in ns.
+    pub attributed: Vec<u64>,
+    /// What its spans covered less what it is charged: given back to its bucket.
     pub refund: Vec<u64>,
+    /// Its attributed time per millisecond of the node clock, `(container, ms, ns)`.
+    pub per_ms: Vec<(usize, u64, u64)>,
 }
 
-/// Settles one bin of raw busy times (untrusted: each is clamped to [`MAX_RAW_NS`]) into
-/// `out`, reusing its vectors.
-pub fn settle_bin(raw: &[u64], out: &mut Settled) {
-    out.normalised.clear();
+/// Settles the spans of the containers on one GPU, `spans[i]` being container `i`'s
+/// (untrusted values: a span that ends before it starts is ignored), into `out`.
+pub fn settle(spans: &[Vec<BusySpan>], out: &mut Settled) {
+    let n = spans.len();
+    out.attributed.clear();
+    out.attributed.resize(n, 0);
     out.refund.clear();
-    let clamped = raw.iter().map(|&r| r.min(MAX_RAW_NS));
-    let total: u64 = clamped.clone().sum();
-    let sharing = raw.iter().filter(|&&r| r > 0).count() > 1;
-    for r in clamped {
-        let n = if sharing && total > BIN_NS {
-            // u128: 64 ms × 1 ms does not fit a u64 product comfortably with many containers.
-            (u128::from(r) * u128::from(BIN_NS) / u128::from(total)) as u64
-        } else {
-            r
-        };
-        out.normalised.push(n);
-        out.refund.push(r - n);
+    out.per_ms.clear();
+    let raw: Vec<u64> = spans
+        .iter()
+        .map(|v| v.iter().map(BusySpan::len_ns).sum())
+        .collect();
+    // Each container's starts, sorted, and the union of its spans.
+    let mut starts: Vec<Vec<u64>> = Vec::with_capacity(n);
+    let mut edges: Vec<(u64, bool, usize)> = Vec::new();
+    for (i, v) in spans.iter().enumerate() {
+        let mut v: Vec<BusySpan> = v
+            .iter()
+            .filter(|s| s.end_ns > s.start_ns)
+            .copied()
+            .collect();
+        v.sort_unstable_by_key(|s| s.start_ns);
+        starts.push(v.iter().map(|s| s.start_ns).collect());
+        let mut piece: Option<BusySpan> = None;
+        for s in v {
+            match piece.as_mut() {
+                Some(p) if s.start_ns <= p.end_ns => p.end_ns = p.end_ns.max(s.end_ns),
+                _ => {
+                    if let Some(p) = piece.replace(s) {
+                        edges.push((p.start_ns, true, i));
+                        edges.push((p.end_ns, false, i));
+                    }
+                }
+            }
+        }
+        if let Some(p) = piece {
+            edges.push((p.start_ns, true, i));
+            edges.push((p.end_ns, false, i));
+        }
+    }
+    // Ends before starts at the same instant: touching pieces do not overlap.
+    edges.sort_unstable_by_key(|&(t, is_start, _)| (t, is_start));
+    let mut covering: Vec<usize> = Vec::new();
+    let mut last = 0;
+    for (t, is_start, who) in edges {
+        if t > last && !covering.is_empty() {
+            attribute(last, t, &covering, &starts, out);
+        }
+        last = t;
+        if is_start {
+            covering.push(who);
+        } else if let Some(k) = covering.iter().position(|&c| c == who) {
+            covering.swap_remove(k);
+        }
+    }
+    out.refund.extend(
+        raw.iter()
+            .zip(&out.attributed)
+            .map(|(r, a)| r.saturating_sub(*a)),
+    );
+}
+
+/// Attributes `[a, b)`, covered by the containers `covering`, by the latest-start rule.
+fn attribute(a: u64, b: u64, covering: &[usize], starts: &[Vec<u64>], out: &mut Settled) {
+    if let [only] = covering {
+        give(out, *only, a, b);
+        return;
+    }
+    // The latest start at or before `a` of each covering container.
+    let latest = |c: usize| {
+        let s = &starts[c];
+        match s.partition_point(|&x| x <= a) {
+            0 => 0,
+            k => s[k - 1],
+        }
+    };
+    let Some((leader, began)) = covering
+        .iter()
+        .map(|&c| (c, latest(c)))
+        .max_by_key(|&(c, t)| (t, c))
+    else {
+        return;
+    };
+    let turn_end = began.saturating_add(TIMESLICE_NS).clamp(a, b);
+    give(out, leader, a, turn_end);
+    if turn_end < b {
+        // Past the leader's slice the covering containers alternate: equal parts, the
+        // remainder of the division to the leader.
+        let k = covering.len() as u64;
+        let part = (b - turn_end) / k;
+        let mut from = turn_end;
+        for &c in covering {
+            let to = if c == leader { from } else { from + part };
+            give(out, c, from, to);
+            from = to;
+        }
+        give(out, leader, from, b);
+    }
+}
+
+/// Charges container `who` for `[a, b)`, split by millisecond.
+fn give(out: &mut Settled, who: usize, a: u64, b: u64) {
+    if b <= a {
+        return;
+    }
+    out.attributed[who] += b - a;
+    let mut t = a;
+    while t < b {
+        let ms = t / BIN_NS;
+        let to = b.min((ms + 1) * BIN_NS);
+        match out.per_ms.last_mut() {
+            Some((w, m, ns)) if *w == who && *m == ms => *ns += to - t,
+            _ => out.per_ms.push((who, ms, to - t)),
+        }
+        t = to;
     }
 }
 
@@ -111,44 +224,62 @@ impl ShareWindow {
 mod tests {
     use super::*;
 
-    fn settle(raw: &[u64]) -> Settled {
+    fn span(a_us: u64, b_us: u64) -> BusySpan {
+        BusySpan {
+            start_ns: a_us * 1000,
+            end_ns: b_us * 1000,
+        }
+    }
+
+    fn run(spans: &[Vec<BusySpan>]) -> Settled {
         let mut out = Settled::default();
-        settle_bin(raw, &mut out);
+        settle(spans, &mut out);
         out
     }
 
     #[test]
-    fn a_container_alone_keeps_what_it_measured() {
-        let s = settle(&[1_000_000]);
-        assert_eq!((s.normalised, s.refund), (vec![1_000_000], vec![0]));
-        // Alone with overlapping streams: still its own time, nothing to give back.
-        let s = settle(&[1_600_000, 0]);
-        assert_eq!(s.normalised, [1_600_000, 0]);
+    fn a_container_alone_is_charged_the_union_of_its_spans() {
+        let s = run(&[vec![span(0, 1000)]]);
+        assert_eq!((s.attributed, s.refund), (vec![1_000_000], vec![0]));
+        // Two streams at once: the time it held the GPU, the overlap given back.
+        let s = run(&[vec![span(0, 1000), span(400, 1600)], vec![]]);
+        assert_eq!(s.attributed, [1_600_000, 0]);
+        assert_eq!(s.refund, [400_000, 0]);
     }
 
     #[test]
-    fn overlapping_containers_are_scaled_to_the_bin() {
-        // Two trainers time-sliced in one ms: each event covers the whole ms.
-        let s = settle(&[1_000_000, 1_000_000]);
-        assert_eq!(s.normalised, [500_000, 500_000]);
-        assert_eq!(s.refund, [500_000, 500_000]);
-        let s = settle(&[900_000, 300_000]);
-        assert_eq!(s.normalised, [750_000, 250_000]);
-        assert_eq!(s.refund, [150_000, 50_000]);
+    fn a_kernel_inside_a_cut_one_is_charged_to_its_own_container() {
+        // A's kernel is cut by B's slice: A's span covers B's whole 1 ms kernel.
+        let s = run(&[vec![span(300, 2300)], vec![span(1000, 2000)]]);
+        assert_eq!(s.attributed, [1_000_000, 1_000_000]);
+        assert_eq!(s.refund, [1_000_000, 0]);
     }
 
     #[test]
-    fn bins_under_a_millisecond_are_left_alone() {
-        let s = settle(&[400_000, 500_000]);
-        assert_eq!(s.normalised, [400_000, 500_000]);
+    fn past_a_slice_the_covering_containers_share_equally() {
+        // Two long kernels started 1 ms apart, both running to 10 ms: B leads for a slice
+        // from 1 ms, then 8 ms are shared.
+        let s = run(&[vec![span(0, 10_000)], vec![span(1000, 10_000)]]);
+        assert_eq!(s.attributed, [1_000_000 + 4_000_000, 1_000_000 + 4_000_000]);
+        assert_eq!(s.attributed.iter().sum::<u64>(), 10_000_000);
+    }
+
+    #[test]
+    fn corrupt_spans_are_ignored_and_touching_ones_do_not_overlap() {
+        let bad = BusySpan {
+            start_ns: 5_000_000,
+            end_ns: 1_000_000,
+        };
+        let s = run(&[vec![bad, span(0, 1000)], vec![span(1000, 2000)]]);
+        assert_eq!(s.attributed, [1_000_000, 1_000_000]);
         assert_eq!(s.refund, [0, 0]);
     }
 
     #[test]
-    fn a_corrupt_bin_is_clamped() {
-        let s = settle(&[u64::MAX, 1_000_000]);
-        assert!(s.normalised.iter().sum::<u64>() <= BIN_NS);
-        assert!(s.normalised[1] > 0);
+    fn attributed_time_is_kept_per_millisecond() {
+        let s = run(&[vec![span(500, 2500)]]);
+        let mine: Vec<(u64, u64)> = s.per_ms.iter().map(|&(_, m, ns)| (m, ns)).collect();
+        assert_eq!(mine, [(0, 500_000), (1, 1_000_000), (2, 500_000)]);
     }
 
     #[test]

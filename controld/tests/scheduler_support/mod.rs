@@ -196,7 +196,7 @@ impl FakeApp {
                 };
                 a.inflight.fetch_sub(1, Ordering::SeqCst);
                 a.charge(end - start);
-                a.add_busy(start, end);
+                a.add_span(start, end);
                 b.fetch_add(end - start, Ordering::Relaxed);
                 k.fetch_add(1, Ordering::Relaxed);
             }

@@ -265,9 +265,11 @@ pub(crate) fn estimate(work: usize) -> Option<u64> {
     guard.book().estimates.get(&work).copied()
 }
 
-/// Learns from a launch of `work` that measured `ns`: a moving average (a quarter of each
-/// new measurement), so that one launch stretched by another context's time slice moves
-/// the estimate only a little.
+/// Learns from a launch of `work` that measured `ns`. A measurement is the work's own time
+/// plus any other context's time slice that cut into it, so the estimate follows shorter
+/// measurements at once and longer ones slowly (a sixteenth of the difference each): it
+/// stays near the work's own time while neighbours cut into it, and a window sized by it
+/// keeps the GPU busy; work that really grew is learnt within a few dozen launches.
 fn learn(estimates: &mut HashMap<usize, u64>, work: usize, ns: u64) {
     if estimates.len() >= ESTIMATES_MAX && !estimates.contains_key(&work) {
         // Handles of work long unloaded accumulate in a program that compiles kernels as it
@@ -275,7 +277,7 @@ fn learn(estimates: &mut HashMap<usize, u64>, work: usize, ns: u64) {
         estimates.clear();
     }
     let e = estimates.entry(work).or_insert(ns);
-    *e = (*e * 3 + ns) / 4;
+    *e = if ns <= *e { ns } else { *e + (ns - *e) / 16 };
 }
 
 /// An event of context `ctx` (current on this thread), from the pool or new.
@@ -459,7 +461,7 @@ pub(crate) fn harvest(region: &Region, idle_check: bool) -> usize {
                 if ns > 0 && track.device < MAX_DEVICES {
                     let acct = region.compute(track.device);
                     acct.charge(ns);
-                    acct.add_busy(start_at, end_at);
+                    acct.add_span(start_at, end_at);
                 }
             }
         }
