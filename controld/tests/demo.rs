@@ -59,10 +59,10 @@ fn demo_runs_three_containers_and_sums_up() {
             .lines()
             .find(|l| l.split_whitespace().next() == Some(name))
             .unwrap_or_else(|| panic!("no summary row for {name}:\n{stdout}"));
-        // CONTAINER COMPUTE PRIORITY TARGET AVG-SHARE …
+        // CONTAINER COMPUTE PRIORITY AVG-SHARE TARGET …
         let share: f64 = row
             .split_whitespace()
-            .nth(4)
+            .nth(3)
             .and_then(|s| s.strip_suffix('%'))
             .and_then(|s| s.parse().ok())
             .unwrap_or_else(|| panic!("no average share in {row:?}"));

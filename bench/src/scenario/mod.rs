@@ -233,6 +233,12 @@ pub const SCENARIOS: &[Scenario] = &[
         about: "deep-queueing containers: fixed:20 + burst:30 + best-effort 20 / 55 / 25 ± 3 %; fixed:30 + fixed:70 30 / 70 ± 2 %",
         run: shapes::mixed_deep,
     },
+    Scenario {
+        name: "demo-mix",
+        item: 13,
+        about: "the demo's mix, background queueing deep: online burst:50 service p99 ≤ 1.10 × alone; offline fixed:20 job 20 ± 2 %",
+        run: priority::demo_mix,
+    },
 ];
 
 /// The scenario called `name`.

@@ -35,8 +35,6 @@ pub struct Row {
     pub processes: usize,
     /// The daemon's compute figures, when it has a scheduler.
     pub scheduled: Option<Scheduled>,
-    /// Its target share when last seen while all three workloads ran.
-    pub target_together: Option<f64>,
     /// Its share of GPU time over the last second, from simgpu.
     pub measured: Option<f64>,
     /// Engine busy time of its processes since the start, from simgpu.
@@ -79,9 +77,6 @@ impl Row {
             throttled_ns: device.throttled_ns,
             preemptions: device.preemptions,
         });
-        if together {
-            self.target_together = device.share_target;
-        }
         if let Some(share) = device.share_measured.filter(|_| together) {
             self.reported.0 += share;
             self.reported.1 += 1;

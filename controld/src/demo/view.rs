@@ -71,7 +71,7 @@ pub fn live(meter: &Meter, elapsed: Duration, seconds: u32) -> String {
         "COMPUTE",
         "PRIORITY",
         "MEMORY USED / CAP",
-        "TARGET",
+        "RATE",
         "GOT",
         "",
         "CONTROLD",
@@ -104,8 +104,9 @@ pub fn live(meter: &Meter, elapsed: Duration, seconds: u32) -> String {
         "the daemon's measure"
     };
     out += &format!(
-        "  Shares of GPU time over the last second. GOT: {got}; CONTROLD: the daemon's \
-         own.\n  The latency of {} comes with its report at the end.\n",
+        "  Shares of GPU time over the last second. RATE: what the scheduler gives it now; \
+         GOT: {got};\n  CONTROLD: the daemon's own measure. The latency of {} comes with \
+         its report at the end.\n",
         PLANS[0].name
     );
     out
@@ -150,8 +151,8 @@ pub fn summary(meter: &Meter, results: &Results) -> String {
         meter.span().as_secs_f64()
     );
     out += &format!(
-        "  {:<10} {:<12} {:<9} {:>6} {:>9} {:>17}  {}\n",
-        "CONTAINER", "COMPUTE", "PRIORITY", "TARGET", "AVG SHARE", "MEMORY PEAK / CAP", "RESULT"
+        "  {:<10} {:<12} {:<9} {:>9}  {:<23} {:>17}  {}\n",
+        "CONTAINER", "COMPUTE", "PRIORITY", "AVG SHARE", "TARGET", "MEMORY PEAK / CAP", "RESULT"
     );
     for (row, average) in meter.rows.iter().zip(averages) {
         let report = results
@@ -159,12 +160,12 @@ pub fn summary(meter: &Meter, results: &Results) -> String {
             .find(|(name, _)| *name == row.name)
             .and_then(|(_, r)| r.as_ref());
         out += &format!(
-            "  {:<10} {:<12} {:<9} {:>6} {:>9} {:>17}  {}\n",
+            "  {:<10} {:<12} {:<9} {:>9}  {:<23} {:>17}  {}\n",
             row.name,
             row.compute,
             row.priority,
-            percent(row.target_together),
             percent(average),
+            target(row.compute),
             memory(row.memory_peak, row.memory_cap),
             report.map_or("no report (stopped early)".into(), result)
         );
@@ -181,17 +182,20 @@ pub fn summary(meter: &Meter, results: &Results) -> String {
              time-sliced among whoever has work.\n"
         );
     }
-    let reports: Vec<_> = results
-        .iter()
-        .filter_map(|(name, report)| report.as_ref().map(|r| (name, r)))
-        .collect();
-    if !reports.is_empty() {
-        out += "\nWorkload reports (gpuload):\n";
-    }
-    for (name, report) in reports {
-        out += &format!("  {name:<10} {report}\n");
-    }
+    out += "  TARGET: fixed:Q gets exactly Q % of the GPU's time; burst:Q at least Q % whenever \
+            it has work,\n  and idle time beyond; best-effort what the guarantees leave, \
+            shared with burst; offline work\n  yields to online work while it runs.\n";
     out
+}
+
+/// What a policy promises, in words: `fixed:20` → `20 %`, `burst:50` → `≥ 50 % when it has work`,
+/// `best-effort` → `what is left`.
+fn target(compute: &str) -> String {
+    match compute.split_once(':') {
+        Some(("fixed", q)) => format!("{q} %"),
+        Some(("burst", q)) => format!("≥ {q} % when it has work"),
+        _ => "what is left".to_string(),
+    }
 }
 
 /// A workload's report in a few words.
@@ -240,5 +244,12 @@ mod tests {
         );
         let train = serde_json::json!({"mode": "train", "kernels": 3000, "kernel_ms": 2.0, "kernels_per_s": 200.4});
         assert_eq!(result(&train), "3000 kernels of 2 ms (200/s)");
+    }
+
+    #[test]
+    fn targets_say_what_each_policy_promises() {
+        assert_eq!(target("fixed:20"), "20 %");
+        assert_eq!(target("burst:50"), "≥ 50 % when it has work");
+        assert_eq!(target("best-effort"), "what is left");
     }
 }

@@ -244,7 +244,7 @@ mod tests {
         // Two streams at once: the time it held the GPU, the overlap given back.
         let s = run(&[vec![span(0, 1000), span(400, 1600)], vec![]]);
         assert_eq!(s.attributed, [1_600_000, 0]);
-        assert_eq!(s.refund, [400_000, 0]);
+        assert_eq!(s.refund, [600_000, 0]);
     }
 
     #[test]
