@@ -8,7 +8,7 @@ mod scheduler_support;
 use scheduler_support::*;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
-use tessera_region::layout::{COMPUTE_DAEMON, COMPUTE_LOCAL, COMPUTE_UNLIMITED};
+use tessera_region::layout::{COMPUTE_DAEMON, COMPUTE_LOCAL, DEFAULT_WINDOW_NS};
 
 const SETTLE: Duration = Duration::from_millis(700);
 const WINDOW: Duration = Duration::from_millis(2500);
@@ -116,26 +116,30 @@ fn four_best_effort_get_a_quarter_each() {
 }
 
 #[test]
-fn burst_alone_runs_unmetered_then_gives_way_to_fixed() {
+fn burst_alone_gets_a_large_window_then_gives_way_to_fixed() {
     let _serial = serial();
     let daemon = Daemon::start("burst", &config(&[("burst", "burst:30", "online")]));
     let burst = daemon.region("burst");
     let engine: Engine = Default::default();
-    wait_until(Duration::from_secs(2), "the burst container's mode", || {
-        burst.compute(0).share_target_ppm.load(Ordering::Relaxed) == 1_000_000
-    });
-    // Alone, no policy can bind: the launch fast path.
+    // Metered from the start, though alone no policy can bind: its window holds from its
+    // first launch.
     assert_eq!(
         burst.compute(0).mode.load(Ordering::Relaxed),
-        COMPUTE_UNLIMITED
+        COMPUTE_DAEMON
     );
-    assert_eq!(burst.compute_limited(), 0);
+    assert_eq!(burst.compute_limited() & 1, 1);
     let app = FakeApp::start(burst, engine.clone(), Load::default());
+    wait_until(
+        Duration::from_secs(2),
+        "the lone container's large window",
+        || burst.compute(0).window_ns.load(Ordering::Relaxed) > DEFAULT_WINDOW_NS,
+    );
     let alone = shares(&[&app], Duration::from_millis(200), Duration::from_secs(1))[0];
     eprintln!("burst:30 alone: {:.1} %", alone * 100.0);
     assert!(alone >= 0.90, "burst:30 alone got {:.1} %", alone * 100.0);
 
-    // A fixed:50 container arrives: both are metered, 50 / 50.
+    // A fixed:50 container arrives and works: the burst container's window comes down to
+    // the shared one, and the two share 50 / 50.
     let out = daemon.ctl(&[
         "container",
         "add",
@@ -151,10 +155,10 @@ fn burst_alone_runs_unmetered_then_gives_way_to_fixed() {
         String::from_utf8_lossy(&out.stderr)
     );
     let fixed = daemon.region("fixed");
-    wait_until(Duration::from_secs(1), "burst metered", || {
-        burst.compute(0).mode.load(Ordering::Relaxed) == COMPUTE_DAEMON
-    });
     let other = FakeApp::start(fixed, engine, Load::default());
+    wait_until(Duration::from_secs(1), "the shared window", || {
+        burst.compute(0).window_ns.load(Ordering::Relaxed) == DEFAULT_WINDOW_NS
+    });
     let s = shares(&[&app, &other], SETTLE, WINDOW);
     eprintln!(
         "burst:30 beside fixed:50: {:.1} % / {:.1} %",
@@ -167,34 +171,41 @@ fn burst_alone_runs_unmetered_then_gives_way_to_fixed() {
 }
 
 #[test]
-fn a_lone_best_effort_container_is_unmetered_and_a_second_one_meters_both() {
+fn every_container_is_metered_from_the_moment_it_is_added() {
     let _serial = serial();
     let daemon = Daemon::start("modes", &config(&[("one", "best-effort", "online")]));
     let one = daemon.region("one");
-    wait_until(Duration::from_secs(2), "the first tick", || {
-        one.compute(0).share_target_ppm.load(Ordering::Relaxed) == 1_000_000
-    });
-    assert_eq!(
-        one.compute(0).mode.load(Ordering::Relaxed),
-        COMPUTE_UNLIMITED
-    );
-    let out = daemon.ctl(&["container", "add", "two", "--gpu", "0"]);
+    assert_eq!(one.compute(0).mode.load(Ordering::Relaxed), COMPUTE_DAEMON);
+    let out = daemon.ctl(&[
+        "container",
+        "add",
+        "two",
+        "--gpu",
+        "0",
+        "--compute",
+        "fixed:30",
+    ]);
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    wait_until(Duration::from_secs(1), "metered once shared", || {
-        one.compute(0).mode.load(Ordering::Relaxed) == COMPUTE_DAEMON
-            && one.compute_limited() & 1 == 1
-    });
+    // No tick is waited for: the answer comes after the limits are in the region, with a
+    // first credit of the guarantee so that the first launch finds tokens.
+    let two = daemon.region("two");
+    let a = two.compute(0);
+    assert_eq!(a.mode.load(Ordering::Relaxed), COMPUTE_DAEMON);
+    assert_eq!(two.compute_limited() & 1, 1);
+    assert_eq!(a.window_ns.load(Ordering::Relaxed), DEFAULT_WINDOW_NS);
+    assert_eq!(a.share_target_ppm.load(Ordering::Relaxed), 300_000);
+    assert!(a.bucket_ns.load(Ordering::Relaxed) > 0);
     let out = daemon.ctl(&["container", "rm", "two"]);
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    wait_until(Duration::from_secs(1), "unmetered once alone again", || {
-        one.compute(0).mode.load(Ordering::Relaxed) == COMPUTE_UNLIMITED
-    });
+    // Alone again, still metered.
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(one.compute(0).mode.load(Ordering::Relaxed), COMPUTE_DAEMON);
 }

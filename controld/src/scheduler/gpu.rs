@@ -38,10 +38,11 @@ const MAX_STEP_NS: u64 = 4 * TICK.as_nanos() as u64;
 /// still meet on the GPU when it preempts (work already there cannot be recalled). One
 /// kernel of a millisecond or more; several shorter ones.
 const OFFLINE_WINDOW_NS: u64 = 1_000_000;
-/// The window of a container alone on its GPU whose policy does not bind (best-effort,
-/// burst, `fixed:100`): no one waits behind its work, so it may queue enough to ride out a
-/// busy host's late wake-ups; the tick brings it down to the shared window within one tick
-/// of a neighbour's arrival, and what it queued drains within this much GPU time.
+/// The window of a container whose policy does not bind (best-effort, burst, `fixed:100`)
+/// while no other container on its GPU has work: no one waits behind its work, so it may
+/// queue enough to ride out a busy host's late wake-ups. The tick brings it down to the
+/// shared window within one tick of a neighbour's first launch, and what it queued drains
+/// within this much GPU time.
 const ALONE_WINDOW_NS: u64 = 16_000_000;
 
 /// Runs the tick loop until the scheduler stops, then hands the containers over to their
@@ -399,13 +400,23 @@ impl GpuScheduler {
             }
         }
 
-        let alone_unbound = match self.entries.as_slice() {
-            [e] => !matches!(e.member.policy, ComputePolicy::Fixed(q) if q < 100),
-            _ => false,
-        };
-        for ((e, d), refund) in self.entries.iter().zip(&decisions).zip(refunds) {
+        // The containers with work now; one whose policy cannot bind, with no neighbour
+        // working, gets the large window (see `ALONE_WINDOW_NS`).
+        let working = claims.iter().filter(|c| c.demanding).count();
+        let unbound = |p: ComputePolicy| !matches!(p, ComputePolicy::Fixed(q) if q < 100);
+        for (((e, d), refund), claim) in self
+            .entries
+            .iter()
+            .zip(&decisions)
+            .zip(refunds)
+            .zip(&claims)
+        {
             let a = e.account(gpu);
-            let window_ns = if alone_unbound {
+            // An offline container keeps its small window wherever online work may start:
+            // what it has queued is what online work would meet.
+            let alone = working == usize::from(claim.demanding)
+                && !(e.member.priority == Priority::Offline && online_here);
+            let window_ns = if alone && unbound(e.member.policy) {
                 ALONE_WINDOW_NS
             } else {
                 shared_window_ns(e.member.priority)

@@ -65,6 +65,10 @@ struct Queue {
     completed: u64,
     /// The handle is gone: drop the queue once it drains.
     released: bool,
+    /// The sequence number of its kernel running now (taken off `ops`, not yet finished):
+    /// the stream's next operation waits for it, and so do the streams it synchronizes
+    /// with.
+    running: Option<u64>,
 }
 
 /// Per context: when the last operations of the legacy stream and of the blocking streams
@@ -102,6 +106,13 @@ const LAUNCH_FAILED: CUresult = 719;
 /// record that marks its start does not go to the back of the queue between the two (which
 /// would put other processes' slices inside the measured interval).
 const LINGER: std::time::Duration = std::time::Duration::from_micros(200);
+
+/// Kernels of one context that run at once, at most (a GPU's concurrent kernel limit is of
+/// this order).
+const CONCURRENT_KERNELS: usize = 32;
+
+/// The longest a batch of concurrent kernels runs before it looks for kernels to join.
+const JOIN_NS: u64 = 1_000_000;
 
 /// Sequence numbers, process-wide so that they also order work across devices.
 static NEXT_SEQ: AtomicU64 = AtomicU64::new(1);
@@ -183,6 +194,25 @@ impl Executor {
                 continue;
             };
             let ctx = Arc::clone(&state.queues[&id].stream.ctx);
+            if let Work::Kernel(kernel) = &op.work {
+                if ctx.sticky_error().is_none() {
+                    let first = Running {
+                        id,
+                        kernel: Arc::clone(kernel),
+                        ctx,
+                        ready,
+                        remaining: kernel.duration_ns(&config),
+                    };
+                    if let Some(q) = state.queues.get_mut(&id) {
+                        q.running = Some(op.seq);
+                    }
+                    drop(state);
+                    state = self.run_batch(first, &engine, &config, &mut holding);
+                    held_for_record = false;
+                    lingered = false;
+                    continue;
+                }
+            }
             drop(state);
 
             let is_host = matches!(
@@ -203,7 +233,7 @@ impl Executor {
                 held_for_record || (is_record && stamp == Stamp::WhenScheduled)
             };
             let outcome = catch_unwind(AssertUnwindSafe(|| {
-                execute(op.work, ready, stamp, &ctx, &engine, &config, &mut holding)
+                execute(op.work, ready, stamp, &ctx, &engine, &mut holding)
             }));
             let end = match outcome {
                 Ok(Ok(end)) => end,
@@ -225,6 +255,116 @@ impl Executor {
                 drop(state);
                 wake_others(self.device);
                 state = self.lock();
+            }
+        }
+    }
+}
+
+/// A kernel running in a batch.
+struct Running {
+    id: u64,
+    kernel: Arc<KernelLaunch>,
+    ctx: Arc<Context>,
+    ready: u64,
+    /// Kernel time it still needs, in ns.
+    remaining: u64,
+}
+
+impl Executor {
+    /// Runs `first` and, beside it, the kernels that become runnable on the same context's
+    /// other streams, up to [`CONCURRENT_KERNELS`] at once, as a GPU runs one context's
+    /// streams concurrently: engine time passes once for all of them (the process is
+    /// charged the union of its busy time), and each ends when its own time has run. At
+    /// each chunk's end the operations that take no time (event records and waits, markers)
+    /// run too, so that a stream whose kernel ended can start its next one; host work
+    /// waits until the batch drains. Returns with the state locked.
+    fn run_batch<'s>(
+        &'s self,
+        first: Running,
+        engine: &simgpu::engine::Engine<'_>,
+        config: &simgpu::config::NodeConfig,
+        holding: &mut bool,
+    ) -> MutexGuard<'s, State> {
+        let ctx_id = first.ctx.id;
+        let mut batch = vec![first];
+        loop {
+            let ready = batch.iter().map(|r| r.ready).min().unwrap_or(0);
+            // Chunks of at most a join interval, so that work queued on other streams
+            // meanwhile joins soon; one chunk when the batch is full.
+            let shortest = batch.iter().map(|r| r.remaining).min().unwrap_or(0);
+            let dt = if batch.len() < CONCURRENT_KERNELS {
+                shortest.min(JOIN_NS)
+            } else {
+                shortest
+            };
+            let span = engine.run(ready, dt);
+            *holding = true;
+            for r in &mut batch {
+                r.remaining -= dt.min(r.remaining);
+            }
+            let mut state = self.lock();
+            let (done, rest): (Vec<Running>, Vec<Running>) =
+                batch.into_iter().partition(|r| r.remaining == 0);
+            batch = rest;
+            for r in done {
+                match catch_unwind(AssertUnwindSafe(|| r.kernel.apply())) {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => r.ctx.fail(e),
+                    Err(_) => r.ctx.fail(LAUNCH_FAILED),
+                }
+                state.finish(r.id, span.end_ns, true);
+            }
+            self.done.notify_all();
+            // What can go on now: operations that take no time, and kernels joining.
+            loop {
+                let room = batch.len() < CONCURRENT_KERNELS;
+                let Some((id, op, ready, stamp)) = state.pick_if(|work, ctx| match work {
+                    Work::Kernel(_) => room && ctx == ctx_id,
+                    Work::Record(..) | Work::Wait(..) | Work::Marker => true,
+                    _ => false,
+                }) else {
+                    break;
+                };
+                let ctx = Arc::clone(&state.queues[&id].stream.ctx);
+                if let Work::Kernel(kernel) = &op.work {
+                    if ctx.sticky_error().is_none() {
+                        if let Some(q) = state.queues.get_mut(&id) {
+                            q.running = Some(op.seq);
+                        }
+                        batch.push(Running {
+                            id,
+                            kernel: Arc::clone(kernel),
+                            ctx,
+                            ready,
+                            remaining: kernel.duration_ns(config),
+                        });
+                        continue;
+                    }
+                }
+                let is_record = matches!(op.work, Work::Record(..));
+                drop(state);
+                let end = match catch_unwind(AssertUnwindSafe(|| {
+                    execute(op.work, ready, stamp, &ctx, engine, holding)
+                })) {
+                    Ok(Ok(end)) => end,
+                    Ok(Err(e)) => {
+                        ctx.fail(e);
+                        ready
+                    }
+                    Err(_) => {
+                        ctx.fail(LAUNCH_FAILED);
+                        ready
+                    }
+                };
+                if is_record {
+                    wake_others(self.device);
+                }
+                state = self.lock();
+                state.finish(id, end, false);
+                self.done.notify_all();
+            }
+            if batch.is_empty() {
+                return state;
             }
         }
     }
@@ -260,20 +400,12 @@ fn execute(
     stamp: Stamp,
     ctx: &Context,
     engine: &simgpu::engine::Engine<'_>,
-    config: &simgpu::config::NodeConfig,
     holding: &mut bool,
 ) -> Result<u64, CUresult> {
     match work {
-        Work::Kernel(kernel) => {
-            if ctx.sticky_error().is_some() {
-                // A failed context runs nothing more, as on a GPU.
-                return Ok(ready);
-            }
-            let span = engine.run(ready, kernel.duration_ns(config));
-            *holding = true;
-            kernel.apply()?;
-            Ok(span.end_ns)
-        }
+        // A failed context runs nothing more, as on a GPU; the kernels of a live context
+        // run in batches (`Executor::run_batch`).
+        Work::Kernel(_) => Ok(ready),
         // Host work takes the time it takes on the CPU, counted from when the stream was
         // ready for it (not from when this thread got to it).
         Work::Host(f) => {
@@ -312,16 +444,28 @@ impl State {
     /// Takes the runnable head with the lowest sequence number, when it is ready, and
     /// whether it was queued behind a kernel that ended just before it (see [`Stamp`]).
     fn pick(&mut self) -> Option<(u64, Op, u64, Stamp)> {
+        self.pick_if(|_, _| true)
+    }
+
+    /// [`State::pick`], if `accept` takes the head's work (and its context's id); else
+    /// nothing is taken, since what comes first in order must run first.
+    fn pick_if(&mut self, accept: impl Fn(&Work, u64) -> bool) -> Option<(u64, Op, u64, Stamp)> {
         let mut best: Option<(u64, u64)> = None;
         for (id, q) in &self.queues {
             let Some(head) = q.ops.front() else { continue };
-            if best.is_some_and(|(seq, _)| seq < head.seq) || !self.runnable(q, head) {
+            if q.running.is_some()
+                || best.is_some_and(|(seq, _)| seq < head.seq)
+                || !self.runnable(q, head)
+            {
                 continue;
             }
             best = Some((head.seq, *id));
         }
         let (_, id) = best?;
         let q = self.queues.get_mut(&id)?;
+        if !accept(&q.ops.front()?.work, q.stream.ctx.id) {
+            return None;
+        }
         let op = q.ops.pop_front()?;
         let ends = self.ends.get(&q.stream.ctx.id).copied().unwrap_or_default();
         let stamp = if q.after_kernel && op.submit_ns <= q.last_end_ns {
@@ -348,7 +492,10 @@ impl State {
         let earlier = |other: &Queue, pred: fn(StreamKind) -> bool| {
             other.stream.ctx.id == ctx
                 && pred(other.stream.kind)
-                && other.ops.front().is_some_and(|h| h.seq < head.seq)
+                && other
+                    .running
+                    .or(other.ops.front().map(|h| h.seq))
+                    .is_some_and(|seq| seq < head.seq)
         };
         match q.stream.kind {
             StreamKind::Legacy => !self
@@ -367,6 +514,7 @@ impl State {
         let Some(q) = self.queues.get_mut(&id) else {
             return;
         };
+        q.running = None;
         q.last_end_ns = q.last_end_ns.max(end);
         q.after_kernel = kernel;
         q.completed += 1;
@@ -403,6 +551,7 @@ pub(crate) fn submit(stream: &Arc<Stream>, work: Work) -> Result<Mark, CUresult>
         submitted: 0,
         completed: 0,
         released: false,
+        running: None,
     });
     // Numbered under the executor's lock, so that numbers and queue order agree.
     let seq = NEXT_SEQ.fetch_add(1, Relaxed);
