@@ -181,13 +181,17 @@ else
 fi
 
 # About how long a scenario takes, from its main phase S (runs with Tessera and without,
-# the daemon's start, warm-ups): online-offline runs eight phases, overhead five rounds of
-# one, the others two or three.
+# the daemon's start, warm-ups): online-offline runs ten phases, overhead five rounds of
+# one, shapes two for each of its seven launch shapes, mixed-deep two for each of its two
+# sets, demo-mix four, the others two or three.
 scenario_estimate() {
     local phase=${seconds%.*}
     phase=${phase:-1}
     case $1 in
-    online-offline) echo $((8 * phase + 10)) ;;
+    online-offline) echo $((10 * phase + 10)) ;;
+    shapes) echo $((7 * (2 * phase + 4))) ;;
+    mixed-deep) echo $((2 * (2 * phase + 4))) ;;
+    demo-mix) echo $((4 * phase + 12)) ;;
     overhead) echo $((5 * phase + 10)) ;;
     memory-caps) echo $((3 * phase + 10)) ;;
     *) echo $((2 * phase + 10)) ;;

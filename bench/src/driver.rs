@@ -22,6 +22,9 @@ pub const CUDA_SUCCESS: CUresult = 0;
 pub const CUDA_ERROR_OUT_OF_MEMORY: CUresult = 2;
 pub const CUDA_ERROR_NOT_READY: CUresult = 600;
 
+/// `CU_STREAM_PER_THREAD`: the calling thread's per-thread default stream, a handle valid
+/// for every entry point.
+pub const CU_STREAM_PER_THREAD: CUstream = 2 as CUstream;
 /// `cuStreamCreate` flag: the stream does not synchronize with the legacy default stream.
 pub const CU_STREAM_NON_BLOCKING: c_uint = 0x1;
 /// `CUstreamCaptureMode`: relaxed capture (other threads' unsafe calls are not checked).

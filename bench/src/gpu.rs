@@ -309,9 +309,24 @@ impl Event<'_> {
 
     /// Records the event at the current end of `stream`.
     pub fn record(&self, stream: &Stream<'_>) -> Result<()> {
-        // SAFETY: both handles are live.
-        let r = unsafe { (self.gpu.driver.api().cuEventRecord)(self.raw, stream.raw) };
+        self.record_on(stream.raw)
+    }
+
+    /// Records the event on a raw stream handle: the null stream, or a special handle.
+    pub(crate) fn record_on(&self, stream: CUstream) -> Result<()> {
+        // SAFETY: a live event; the driver checks the stream handle.
+        let r = unsafe { (self.gpu.driver.api().cuEventRecord)(self.raw, stream) };
         self.gpu.check("cuEventRecord", r)
+    }
+
+    /// Whether the work before the recorded point has run, without waiting.
+    pub fn done(&self) -> Result<bool> {
+        // SAFETY: a live event.
+        let r = unsafe { (self.gpu.driver.api().cuEventQuery)(self.raw) };
+        if r == crate::driver::CUDA_ERROR_NOT_READY {
+            return Ok(false);
+        }
+        self.gpu.check("cuEventQuery", r).map(|()| true)
     }
 
     /// Waits until the work before the recorded point has run.

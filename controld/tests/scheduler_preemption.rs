@@ -143,7 +143,7 @@ fn offline_containers_share_the_gpu_while_online_is_idle_and_get_nothing_while_i
         1_000_000
     );
     drop(online);
-    wait_until(Duration::from_millis(200), "offline unblocked", || {
+    wait_until(Duration::from_secs(2), "offline unblocked", || {
         batch.compute(0).blocked.load(Ordering::SeqCst) == 0
     });
 }

@@ -42,9 +42,11 @@ fn measurements_on(node: &SimNode, ns: u64, repeats: u32) -> Vec<(String, f64)> 
 fn spin_5ms_measures_5ms_by_events() {
     let _serial = timing_lock();
     let found = measurements(5_000_000, 10);
+    // A busy host may deliver the launch a moment after the START that marks it (two driver
+    // calls), and that moment is inside the interval: up to a millisecond is allowed.
     for (stream, ms) in &found {
         assert!(
-            (4.7..=5.3).contains(ms),
+            (4.9..=6.0).contains(ms),
             "tessera_spin(5 ms) on the {stream} stream measured {ms} ms; all: {found:?}"
         );
     }
@@ -57,7 +59,7 @@ fn spin_duration_follows_its_argument() {
     let found = measurements(20_000_000, 2);
     for (stream, ms) in &found {
         assert!(
-            (19.7..=20.3).contains(ms),
+            (19.9..=21.0).contains(ms),
             "tessera_spin(20 ms) on the {stream} stream measured {ms} ms; all: {found:?}"
         );
     }

@@ -5,11 +5,15 @@
 //! time is up, so a limiter is tested on what applications do rather than on a polite
 //! workload that keeps a few kernels in flight.
 
-use crate::driver::{CUgraph, CUgraphExec, CU_STREAM_CAPTURE_MODE_RELAXED, CU_STREAM_NON_BLOCKING};
-use crate::gpu::{Gpu, Result, Stream};
+use crate::driver::{
+    CUgraph, CUgraphExec, CUstream, CU_EVENT_DISABLE_TIMING, CU_STREAM_CAPTURE_MODE_RELAXED,
+    CU_STREAM_NON_BLOCKING,
+};
+use crate::gpu::{Event, Gpu, Result, Stream};
 use crate::gpuload::Progress;
 use crate::kernels::Kernels;
 use serde_json::{json, Value};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -66,6 +70,72 @@ impl Shape {
 /// Every shape's mode name.
 pub const MODES: [&str; 5] = ["queue", "streams", "graph", "ptsz", "threads"];
 
+/// Kernels between two progress markers.
+const MARK_EVERY: u64 = 16;
+
+/// The progress a shape publishes while its round runs, for a real driver, which keeps no
+/// per-process count of GPU time: a marker event (no timing) after every [`MARK_EVERY`]
+/// kernels, polled without waiting after each launch, so that the scenario runner sees
+/// progress every few milliseconds rather than once a round. Nothing at all when no one
+/// reads progress: the shape is then exactly the application's.
+struct Marks<'g> {
+    gpu: &'g Gpu,
+    progress: Option<&'g Progress>,
+    kernel_ns: u64,
+    pending: VecDeque<(Event<'g>, u64)>,
+    since_mark: u64,
+    /// Kernels published this round.
+    published: u64,
+}
+
+impl<'g> Marks<'g> {
+    fn new(gpu: &'g Gpu, progress: Option<&'g Progress>, kernel_ns: u64) -> Marks<'g> {
+        Marks {
+            gpu,
+            progress,
+            kernel_ns,
+            pending: VecDeque::new(),
+            since_mark: 0,
+            published: 0,
+        }
+    }
+
+    /// After `kernels` kernels were queued on `stream`.
+    fn launched(&mut self, stream: CUstream, kernels: u64) -> Result<()> {
+        let Some(progress) = self.progress else {
+            return Ok(());
+        };
+        self.since_mark += kernels;
+        if self.since_mark >= MARK_EVERY {
+            let e = self.gpu.event(CU_EVENT_DISABLE_TIMING)?;
+            e.record_on(stream)?;
+            self.pending.push_back((e, self.since_mark));
+            self.since_mark = 0;
+        }
+        while let Some((e, n)) = self.pending.front() {
+            if !e.done()? {
+                break;
+            }
+            progress.add(*n, n * self.kernel_ns);
+            self.published += n;
+            self.pending.pop_front();
+        }
+        Ok(())
+    }
+
+    /// After the round of `kernels` kernels was synchronized: publishes what the markers
+    /// did not.
+    fn round_done(&mut self, kernels: u64) {
+        if let Some(p) = self.progress {
+            let rest = kernels.saturating_sub(self.published);
+            p.add(rest, rest * self.kernel_ns);
+        }
+        self.pending.clear();
+        self.since_mark = 0;
+        self.published = 0;
+    }
+}
+
 /// Runs `shape` in rounds of `depth` kernels of `kernel_ns` for `duration` (a round that
 /// has started is finished), and reports the kernels run and the share of the wall time
 /// they held the GPU if each ran for its nominal length.
@@ -80,12 +150,10 @@ pub fn run(
     let depth = depth.max(shape.count());
     let progress = Progress::from_env();
     let done = AtomicU64::new(0);
-    let round_done = |n: u64| {
+    let round_done = |marks: &mut Marks<'_>, n: u64| {
         // Relaxed: a total read after every thread has joined.
         done.fetch_add(n, Ordering::Relaxed);
-        if let Some(p) = &progress {
-            p.add(n, n * kernel_ns);
-        }
+        marks.round_done(n);
     };
     let start = Instant::now();
     let mut rounds = 0u64;
@@ -95,12 +163,19 @@ pub fn run(
                 Shape::Queue => gpu.driver().api().cuLaunchKernel,
                 _ => gpu.driver().per_thread().cuLaunchKernel,
             };
+            let mut marks = Marks::new(gpu, progress.as_ref(), kernel_ns);
+            let stream = match shape {
+                Shape::Queue => std::ptr::null_mut(),
+                // The per-thread stream, for the markers' plain cuEventRecord.
+                _ => crate::driver::CU_STREAM_PER_THREAD,
+            };
             while start.elapsed() < duration {
                 for _ in 0..depth {
                     kernels.spin_with(launch, std::ptr::null_mut(), kernel_ns)?;
+                    marks.launched(stream, 1)?;
                 }
                 gpu.synchronize()?;
-                round_done(depth as u64);
+                round_done(&mut marks, depth as u64);
                 rounds += 1;
             }
         }
@@ -108,12 +183,18 @@ pub fn run(
             let streams: Vec<Stream<'_>> = (0..k.max(1))
                 .map(|_| gpu.stream_with_flags(CU_STREAM_NON_BLOCKING))
                 .collect::<Result<_>>()?;
+            let mut marks = Marks::new(gpu, progress.as_ref(), kernel_ns);
             while start.elapsed() < duration {
                 for i in 0..depth {
-                    kernels.spin(&streams[i % streams.len()], kernel_ns)?;
+                    let stream = &streams[i % streams.len()];
+                    kernels.spin(stream, kernel_ns)?;
+                    // The markers go on the last stream of each turn round the streams.
+                    if (i + 1) % streams.len() == 0 {
+                        marks.launched(stream.raw(), streams.len() as u64)?;
+                    }
                 }
                 gpu.synchronize()?;
-                round_done(depth as u64);
+                round_done(&mut marks, depth as u64);
                 rounds += 1;
             }
         }
@@ -123,12 +204,14 @@ pub fn run(
                 (0..k.max(1)).try_for_each(|_| kernels.spin(s, kernel_ns))
             })?;
             let launches = depth / k.max(1);
+            let mut marks = Marks::new(gpu, progress.as_ref(), kernel_ns);
             while start.elapsed() < duration {
                 for _ in 0..launches {
                     graph.launch(&stream)?;
+                    marks.launched(stream.raw(), k.max(1) as u64)?;
                 }
                 stream.synchronize()?;
-                round_done((launches * k.max(1)) as u64);
+                round_done(&mut marks, (launches * k.max(1)) as u64);
                 rounds += 1;
             }
         }
@@ -136,19 +219,22 @@ pub fn run(
             let per_thread = (depth / k.max(1)).max(1);
             let kernels = &kernels;
             let round_done = &round_done;
+            let progress = progress.as_ref();
             let results: Vec<Result<u64>> = std::thread::scope(|scope| {
                 let handles: Vec<_> = (0..k.max(1))
                     .map(|_| {
                         scope.spawn(move || -> Result<u64> {
                             gpu.make_current()?;
                             let stream = gpu.stream_with_flags(CU_STREAM_NON_BLOCKING)?;
+                            let mut marks = Marks::new(gpu, progress, kernel_ns);
                             let mut rounds = 0;
                             while start.elapsed() < duration {
                                 for _ in 0..per_thread {
                                     kernels.spin(&stream, kernel_ns)?;
+                                    marks.launched(stream.raw(), 1)?;
                                 }
                                 stream.synchronize()?;
-                                round_done(per_thread as u64);
+                                round_done(&mut marks, per_thread as u64);
                                 rounds += 1;
                             }
                             Ok(rounds)

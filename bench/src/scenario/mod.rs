@@ -239,6 +239,12 @@ pub const SCENARIOS: &[Scenario] = &[
         about: "the demo's mix, background queueing deep: online burst:50 service p99 ≤ 1.10 × alone; offline fixed:20 job 20 ± 2 %",
         run: priority::demo_mix,
     },
+    Scenario {
+        name: "busy-host",
+        item: 14,
+        about: "with two threads keeping two cores busy: fixed:30 queueing deep, the deep mix and the demo's mix within ± 3 points; controld's measure within 1 point",
+        run: shapes::busy_host,
+    },
 ];
 
 /// The scenario called `name`.

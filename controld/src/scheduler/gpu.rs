@@ -453,8 +453,9 @@ impl GpuScheduler {
         let mut ripe: Vec<Vec<BusySpan>> = Vec::with_capacity(self.entries.len());
         for e in &mut self.entries {
             let new = e.member.region.compute(gpu).take_spans(now);
-            e.window
-                .advance((horizon / settle::BIN_NS).saturating_sub(1));
+            // The window ends with the millisecond the horizon is in: its part before the
+            // horizon is settled now, the rest at the next tick.
+            e.window.advance(horizon / settle::BIN_NS);
             if std::mem::take(&mut e.fresh) {
                 // Spans from before this scheduler knew the container: dropped.
                 ripe.push(Vec::new());
