@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 /// The state dir when neither `--state-dir`, `TESSERA_STATE_DIR` nor the config says.
 pub const DEFAULT_STATE_DIR: &str = "/run/tessera";
@@ -17,6 +18,8 @@ pub const DEFAULT_STATE_DIR: &str = "/run/tessera";
 pub const STATE_DIR_ENV: &str = "TESSERA_STATE_DIR";
 /// The control socket's file name in the state dir.
 pub const SOCKET_NAME: &str = "control.sock";
+/// How often the watchdog looks when `enforce = "kill"` (it otherwise looks at each status).
+const WATCHDOG_PERIOD: Duration = Duration::from_millis(250);
 
 /// Adds to a status what the regions cannot tell (the watchdog's GPU figures, real usage,
 /// unmanaged processes).
@@ -155,6 +158,9 @@ impl Daemon {
         let config = load(config_path.as_deref())?;
         let dir = state_dir(options.state_dir.as_deref(), Some(&config));
         let socket = socket_path(&dir, Some(&config));
+        // Before any region is mapped: a container that truncates its region file must not
+        // kill the daemon with SIGBUS (see tessera_region::fault).
+        tessera_region::fault::install().map_err(DaemonError::Setup)?;
         let (mut state, found) = State::open(&dir)?;
         for line in found {
             if line.starts_with("adopted") {
@@ -192,13 +198,42 @@ impl Daemon {
                 .spawn(move || crate::api::serve(listener, c, s))
                 .map_err(DaemonError::Setup)?,
         );
-        let watchdog = std::sync::Mutex::new(crate::watchdog::Watchdog::new());
+        let settings = &config.daemon;
+        let watchdog = crate::watchdog::Watchdog::new()
+            .with_slack(
+                settings
+                    .enforce_slack
+                    .map_or(crate::watchdog::DEFAULT_SLACK, |s| s.0),
+            )
+            .with_enforce(
+                settings.enforce,
+                settings
+                    .enforce_grace_ms
+                    .map_or(crate::watchdog::DEFAULT_GRACE, Duration::from_millis),
+            );
+        let watchdog = std::sync::Mutex::new(watchdog);
         core.add_status_enricher(Box::new(move |status| {
             watchdog
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .observe(status)
         }));
+        if settings.enforce == crate::watchdog::Enforce::Kill {
+            // `kill` must see a container over its cap even when nobody asks for status.
+            let (c, s) = (core.clone(), stop.clone());
+            threads.push(
+                std::thread::Builder::new()
+                    .name("watchdog".into())
+                    .spawn(move || {
+                        // Relaxed: a flag with no data behind it.
+                        while !s.load(Ordering::Relaxed) {
+                            drop(c.node_status());
+                            std::thread::sleep(WATCHDOG_PERIOD);
+                        }
+                    })
+                    .map_err(DaemonError::Setup)?,
+            );
+        }
         let metrics = match config.daemon.metrics {
             Some(addr) => {
                 let c = core.clone();

@@ -242,6 +242,25 @@ pub fn render(status: &NodeStatus) -> String {
             c.problems.len() as f64,
         );
     }
+    type ContainerCount = fn(&crate::status::ContainerStatus) -> u64;
+    let counts: [(&str, &str, ContainerCount); 2] = [
+        (
+            "tessera_container_region_quarantines_total",
+            "Times the container's region file was found truncated, resized, replaced or overwritten, and set aside for a fresh one.",
+            |c| c.region_quarantines,
+        ),
+        (
+            "tessera_container_watchdog_kills_total",
+            "Processes of the container the watchdog stopped for holding more than its cap (enforce = kill); the status says why.",
+            |c| c.watchdog_kills,
+        ),
+    ];
+    for (name, help, value) in counts {
+        w.family(name, Kind::Counter, help);
+        for c in &status.containers {
+            w.sample(name, &[("container", c.name.as_str())], value(c) as f64);
+        }
+    }
 
     type DeviceValue = fn(&ContainerDevice) -> Option<f64>;
     let per_device: [(&str, Kind, &str, DeviceValue); 7] = [
@@ -590,6 +609,8 @@ mod tests {
                     memory: vec![1 << 30],
                 }],
                 problems: vec![],
+                region_quarantines: 0,
+                watchdog_kills: 0,
             }],
             unmanaged: vec![UnmanagedProcess {
                 gpu: 0,
@@ -626,6 +647,9 @@ mod tests {
             "tessera_container_info{container=\"inference\",compute=\"burst:50\",priority=\"online\"} 1",
             "tessera_container_processes{container=\"inference\"} 1",
             "tessera_container_problems{container=\"inference\"} 0",
+            "tessera_container_region_quarantines_total{container=\"inference\"} 0",
+            "tessera_container_watchdog_kills_total{container=\"inference\"} 0",
+            "# TYPE tessera_container_watchdog_kills_total counter",
             "tessera_container_memory_used_bytes{container=\"inference\",gpu=\"0\"} 1073741824",
             "tessera_container_memory_cap_bytes{container=\"inference\",gpu=\"0\"} 8589934592",
             "tessera_container_gpu_share_target_ratio{container=\"inference\",gpu=\"0\"} 0.5",
@@ -660,7 +684,7 @@ mod tests {
                 );
             }
         }
-        assert_eq!(seen.len(), 18);
+        assert_eq!(seen.len(), 20);
         assert!(text.ends_with('\n'));
     }
 

@@ -109,6 +109,8 @@ fn status_of(region: &Region) -> NodeStatus {
                 })
                 .collect(),
             problems: Vec::new(),
+            region_quarantines: 0,
+            watchdog_kills: 0,
         }],
         ..NodeStatus::default()
     }

@@ -15,7 +15,6 @@
 //! region restores the default action and returns, so the access faults again and the
 //! process dies as it would have without this module.
 
-use crate::layout::TOTAL_SIZE;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 /// How many regions one process can have listed at once; a node runs far fewer containers.
@@ -23,8 +22,10 @@ const SLOTS: usize = 4096;
 
 /// Set once the handler is in place; until then nothing is listed.
 static INSTALLED: AtomicBool = AtomicBool::new(false);
-/// The start address of each listed mapping (each [`TOTAL_SIZE`] bytes long); 0 is free.
+/// The start address of each listed mapping; 0 is free.
 static MAPPED: [AtomicUsize; SLOTS] = [const { AtomicUsize::new(0) }; SLOTS];
+/// The length of the mapping listed in the same slot.
+static LENGTH: [AtomicUsize; SLOTS] = [const { AtomicUsize::new(0) }; SLOTS];
 /// Whether the mapping listed in the same slot has been replaced with zeros.
 static FAULTED: [AtomicBool; SLOTS] = [const { AtomicBool::new(false) }; SLOTS];
 
@@ -53,20 +54,30 @@ pub fn install() -> std::io::Result<()> {
     Ok(())
 }
 
-/// Lists a mapping of [`TOTAL_SIZE`] bytes at `start`; returns its slot, or `None` when no
-/// handler is installed (or, past [`SLOTS`] mappings, when the list is full).
-pub(crate) fn guard(start: usize) -> Option<usize> {
+/// Lists a shared file mapping of `len` bytes at `start`; returns its slot, or `None` when
+/// no handler is installed (or, past [`SLOTS`] mappings, when the list is full).
+pub(crate) fn guard(start: usize, len: usize) -> Option<usize> {
     // Acquire: pairs with the Release store in `install`.
     if !INSTALLED.load(Ordering::Acquire) {
         return None;
     }
     for (slot, entry) in MAPPED.iter().enumerate() {
-        // Release: pairs with the Acquire load in `on_sigbus`; a free slot's flag was reset
-        // by `unguard` before it was freed, so a fault found through it is this mapping's.
+        // Relaxed: a free slot only; the Release store below publishes it.
+        if entry.load(Ordering::Relaxed) != 0 {
+            continue;
+        }
+        // Acquire on success: pairs with the Release store in `unguard`, so the slot's old
+        // flag and length are settled before they are written again. Relaxed on failure:
+        // the slot is simply taken.
         if entry
-            .compare_exchange(0, start, Ordering::Release, Ordering::Relaxed)
+            .compare_exchange(0, usize::MAX, Ordering::Acquire, Ordering::Relaxed)
             .is_ok()
         {
+            // Relaxed: published by the Release store of the start below.
+            LENGTH[slot].store(len, Ordering::Relaxed);
+            // Release: pairs with the Acquire load in `on_sigbus`, which then sees the
+            // length above (and the flag `unguard` reset before it freed the slot).
+            entry.store(start, Ordering::Release);
             return Some(slot);
         }
     }
@@ -95,7 +106,9 @@ extern "C" fn on_sigbus(_sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mu
     for (slot, entry) in MAPPED.iter().enumerate() {
         // Acquire: pairs with the Release compare_exchange in `guard`.
         let start = entry.load(Ordering::Acquire);
-        if start == 0 || addr < start || addr >= start + TOTAL_SIZE {
+        // Relaxed: published by that Release store.
+        let len = LENGTH[slot].load(Ordering::Relaxed);
+        if start == 0 || start == usize::MAX || addr < start || addr - start >= len {
             continue;
         }
         // SAFETY: replaces exactly the listed mapping, which its owner keeps mapped until it
@@ -105,7 +118,7 @@ extern "C" fn on_sigbus(_sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mu
         let replaced = unsafe {
             libc::mmap(
                 start as *mut libc::c_void,
-                TOTAL_SIZE,
+                len,
                 libc::PROT_READ | libc::PROT_WRITE,
                 libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
                 -1,

@@ -317,7 +317,7 @@ fn mapping_from(path: &Path, ptr: *mut libc::c_void) -> Result<Mapping, RegionEr
     let ptr = NonNull::new(ptr.cast::<RegionLayout>())
         .ok_or_else(|| io(path)(std::io::Error::other("mmap returned a null address")))?;
     // Listed before anything reads it: the file may shrink at any moment.
-    let guard = crate::fault::guard(ptr.as_ptr() as usize);
+    let guard = crate::fault::guard(ptr.as_ptr() as usize, TOTAL_SIZE);
     Ok(Mapping { ptr, guard })
 }
 
