@@ -194,3 +194,29 @@ pub fn wait_until(timeout: Duration, what: &str, mut check: impl FnMut() -> bool
 
 pub const MIB: u64 = 1 << 20;
 pub const GIB: u64 = 1 << 30;
+
+/// A local TCP address no one listens on now (for a daemon's metrics endpoint).
+pub fn free_local_addr() -> std::net::SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap()
+}
+
+/// `GET /metrics` at `addr`: the whole reply, within `timeout`.
+pub fn scrape(addr: std::net::SocketAddr, timeout: Duration) -> std::io::Result<String> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect_timeout(&addr, timeout)?;
+    stream.set_read_timeout(Some(timeout))?;
+    stream.set_write_timeout(Some(timeout))?;
+    write!(stream, "GET /metrics HTTP/1.1\r\nHost: {addr}\r\n\r\n")?;
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply)?;
+    Ok(reply)
+}
+
+/// The value of the sample line that starts with `prefix` (name and labels) in a scrape.
+pub fn sample(scrape: &str, prefix: &str) -> Option<f64> {
+    scrape
+        .lines()
+        .find_map(|l| l.strip_prefix(prefix))
+        .and_then(|v| v.trim().parse().ok())
+}
