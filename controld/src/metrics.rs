@@ -1,16 +1,18 @@
 //! Prometheus metrics: [`render`] writes a [`NodeStatus`] in the text exposition format
 //! (version 0.0.4), and [`MetricsServer`] serves it at `GET /metrics` over HTTP/1.1.
 //!
-//! The server is deliberately small: one thread, one connection at a time, `Connection:
-//! close`, a bounded request and a deadline for reading it, so that a slow or hostile client
-//! costs at most a few seconds and a few KiB. It runs only where the config names an address.
+//! The server is deliberately small: `Connection: close`, a bounded request and a deadline
+//! for reading it, so that a slow or hostile client costs at most a few seconds and a few
+//! KiB. Each connection has a thread of its own (small, at most [`MAX_CONNECTIONS`] at
+//! once; past that a connection is closed at once), so slow clients never hold up a
+//! scrape. It runs only where the config names an address.
 
 use crate::status::{ContainerDevice, GpuStatus, NodeStatus};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -28,6 +30,10 @@ const REQUEST_DEADLINE: Duration = Duration::from_secs(5);
 const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long the server drains a client's unread bytes after answering.
 const LINGER: Duration = Duration::from_millis(200);
+/// Connections served at once; past that a new one is closed unanswered.
+const MAX_CONNECTIONS: usize = 512;
+/// The stack of a connection's thread: the status and its text, a few KiB each.
+const STACK: usize = 256 << 10;
 
 /// What kind of metric a family is.
 #[derive(Clone, Copy)]
@@ -393,18 +399,36 @@ impl Drop for MetricsServer {
 }
 
 fn serve(listener: TcpListener, source: StatusSource, stop: Arc<AtomicBool>) {
+    let open = Arc::new(AtomicUsize::new(0));
     for stream in listener.incoming() {
         // Acquire: pairs with the Release store in `drop`.
         if stop.load(Ordering::Acquire) {
             return;
         }
-        match stream {
-            Ok(stream) => {
+        let stream = match stream {
+            Ok(stream) => stream,
+            // Out of descriptors and the like: give the system a moment.
+            Err(_) => {
+                std::thread::sleep(Duration::from_millis(50));
+                continue;
+            }
+        };
+        // Relaxed: a count that only limits; nothing is published through it.
+        if open.fetch_add(1, Ordering::Relaxed) >= MAX_CONNECTIONS {
+            open.fetch_sub(1, Ordering::Relaxed);
+            continue;
+        }
+        let (source, done) = (Arc::clone(&source), Arc::clone(&open));
+        let spawned = std::thread::Builder::new()
+            .name("metrics-client".to_string())
+            .stack_size(STACK)
+            .spawn(move || {
                 // A client that misbehaves only loses its own answer.
                 let _ = answer(stream, &source);
-            }
-            // Out of descriptors and the like: give the system a moment.
-            Err(_) => std::thread::sleep(Duration::from_millis(50)),
+                done.fetch_sub(1, Ordering::Relaxed);
+            });
+        if spawned.is_err() {
+            open.fetch_sub(1, Ordering::Relaxed);
         }
     }
 }
