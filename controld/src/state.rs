@@ -73,6 +73,24 @@ pub enum StateError {
         /// Its live processes.
         count: usize,
     },
+    /// A GPU the node does not have.
+    #[error("GPU {gpu} does not exist: this node has {count} GPU(s), numbered from 0; pick one of those")]
+    NoSuchGpu {
+        /// The GPU asked for.
+        gpu: u32,
+        /// How many the node has.
+        count: usize,
+    },
+    /// A cap larger than the GPU's memory.
+    #[error("a memory cap of {cap} is more than GPU {gpu} has ({total}); give a cap of at most {total}, or none")]
+    CapTooLarge {
+        /// The GPU.
+        gpu: u32,
+        /// The cap asked for, as written.
+        cap: String,
+        /// The GPU's memory, as written.
+        total: String,
+    },
     /// A config container changed through the API.
     #[error("container {0} is declared in the config file; change it there and reload controld (SIGHUP)")]
     Declared(String),
@@ -144,6 +162,8 @@ pub struct State {
     problems: Vec<String>,
     /// The containers as the compute scheduler sees them, republished on every change.
     roster: Arc<Roster>,
+    /// The memory of each GPU of the node, by index, where the daemon could learn it.
+    devices: Option<Vec<u64>>,
 }
 
 /// Node-wide problems kept for status; older ones are dropped.
@@ -168,6 +188,7 @@ impl State {
             containers: BTreeMap::new(),
             problems: Vec::new(),
             roster: Arc::new(Roster::default()),
+            devices: None,
         };
         let mut log = Vec::new();
         let mut stems: Vec<String> = std::fs::read_dir(dir)
@@ -412,9 +433,40 @@ impl State {
         self.problems.retain(|p| !p.starts_with(prefix));
     }
 
+    /// Tells the state the node's GPUs (each one's memory, by index), so that declarations
+    /// naming a GPU the node lacks, or a cap beyond a GPU's memory, are refused.
+    pub fn set_devices(&mut self, memory: Vec<u64>) {
+        self.devices = Some(memory);
+    }
+
+    /// Checks that `spec` names GPUs the node has and caps none beyond its memory (when the
+    /// node's GPUs are known).
+    fn check_devices(&self, spec: &ContainerSpec) -> Result<(), StateError> {
+        let Some(devices) = &self.devices else {
+            return Ok(());
+        };
+        for &gpu in spec.gpus.as_slice() {
+            let Some(&total) = devices.get(gpu as usize) else {
+                return Err(StateError::NoSuchGpu {
+                    gpu,
+                    count: devices.len(),
+                });
+            };
+            if let Some(cap) = spec.memory.filter(|cap| cap.0 > total) {
+                return Err(StateError::CapTooLarge {
+                    gpu,
+                    cap: cap.to_string(),
+                    total: tessera_region::units::format_size(total),
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// Checks that `spec` (replacing the container of its name, if any) keeps every GPU's
-    /// guarantees within 100%.
+    /// guarantees within 100%, and fits the node's GPUs.
     fn check_guarantees(&self, spec: &ContainerSpec) -> Result<(), StateError> {
+        self.check_devices(spec)?;
         for &gpu in spec.gpus.as_slice() {
             let mut holders: Vec<(String, u32)> = self
                 .containers
@@ -611,13 +663,15 @@ impl State {
 
     /// Makes the config's containers the config-origin set: adds the new ones, changes the
     /// changed ones and retires the ones no longer declared. Each container is handled on
-    /// its own; returns a log line per change or failure.
+    /// its own; returns a log line per change, and a line per container whose declaration
+    /// was refused (it stays as it was, or absent).
     pub fn apply_config(
         &mut self,
         declared: &[ContainerSpec],
         previous: &[ContainerSpec],
-    ) -> Vec<String> {
+    ) -> Applied {
         let mut log = Vec::new();
+        let mut refused = Vec::new();
         for spec in declared {
             let name = spec.name.to_string();
             let result = match self.containers.get(&name) {
@@ -630,7 +684,10 @@ impl State {
             };
             match result {
                 Ok(what) => log.push(format!("container {name}: {what}")),
-                Err(e) => log.push(format!("container {name}: {e}")),
+                Err(e) => {
+                    let line = format!("container {name}: {e}");
+                    refused.push((name, line));
+                }
             }
         }
         let gone: Vec<String> = self
@@ -654,7 +711,7 @@ impl State {
                 ));
             }
         }
-        log
+        Applied { log, refused }
     }
 
     /// Makes an existing container the config's, with the config's declaration.
@@ -739,6 +796,15 @@ impl State {
             problems: self.problems.clone(),
         }
     }
+}
+
+/// What applying a config did.
+#[derive(Debug, Default)]
+pub struct Applied {
+    /// A line per change.
+    pub log: Vec<String>,
+    /// Per container whose declaration was refused: its name and a line saying why.
+    pub refused: Vec<(String, String)>,
 }
 
 /// What a state dir holds of one container's declaration.

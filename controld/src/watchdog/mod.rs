@@ -132,6 +132,16 @@ impl Watchdog {
         self
     }
 
+    /// The memory of each GPU of the node, by index; `None` without NVML or when it fails.
+    pub fn device_memory(&self) -> Option<Vec<u64>> {
+        let gpus = self.nvml.as_ref()?.sample().ok()?;
+        let mut memory = vec![0; gpus.len()];
+        for g in gpus {
+            *memory.get_mut(g.index as usize)? = g.memory_total;
+        }
+        Some(memory)
+    }
+
     /// Whether NVML is loaded.
     pub fn has_nvml(&self) -> bool {
         self.nvml.is_some()
