@@ -354,7 +354,11 @@ impl Daemon {
                 if !applied.refused.iter().any(|(n, _)| n == spec.name.as_str()) {
                     return Some(spec);
                 }
-                config.containers.iter().find(|c| c.name == spec.name).cloned()
+                config
+                    .containers
+                    .iter()
+                    .find(|c| c.name == spec.name)
+                    .cloned()
             })
             .collect();
         *config = in_force;

@@ -31,7 +31,9 @@ pub enum DirLockError {
         holder: String,
     },
     /// The lock file could not be opened or locked.
-    #[error("cannot lock the state dir through {path}: {source}; check that the state dir is writable")]
+    #[error(
+        "cannot lock the state dir through {path}: {source}; check that the state dir is writable"
+    )]
     Io {
         /// The lock file.
         path: PathBuf,

@@ -41,11 +41,15 @@ fn caps_beyond_the_device_and_missing_gpus_are_refused() {
     assert!(container(&status, "ghost").is_none());
     let all = status["problems"].to_string();
     assert!(
-        all.contains("config refused: container big: a memory cap of 64GiB is more than GPU 0 has (40GiB)"),
+        all.contains(
+            "config refused: container big: a memory cap of 64GiB is more than GPU 0 has (40GiB)"
+        ),
         "{all}"
     );
     assert!(
-        all.contains("config refused: container ghost: GPU 3 does not exist: this node has 1 GPU(s)"),
+        all.contains(
+            "config refused: container ghost: GPU 3 does not exist: this node has 1 GPU(s)"
+        ),
         "{all}"
     );
 
@@ -54,7 +58,10 @@ fn caps_beyond_the_device_and_missing_gpus_are_refused() {
             &["container", "add", "x", "--memory", "100GiB"][..],
             "more than GPU 0 has",
         ),
-        (&["container", "add", "y", "--gpus", "5"], "GPU 5 does not exist"),
+        (
+            &["container", "add", "y", "--gpus", "5"],
+            "GPU 5 does not exist",
+        ),
         (
             &["container", "set", "fits", "--memory", "50GiB"],
             "more than GPU 0 has",
@@ -73,7 +80,9 @@ fn caps_beyond_the_device_and_missing_gpus_are_refused() {
     // A reload that asks for too much is refused, said so, and changes nothing of it.
     std::fs::write(
         &config,
-        CONFIG.replace("\"1GiB\"", "\"41GiB\"").replace("\"64GiB\"", "\"2GiB\""),
+        CONFIG
+            .replace("\"1GiB\"", "\"41GiB\"")
+            .replace("\"64GiB\"", "\"2GiB\""),
     )
     .unwrap();
     node.signal(libc::SIGHUP);
@@ -82,7 +91,9 @@ fn caps_beyond_the_device_and_missing_gpus_are_refused() {
     });
     let now = problems(&node);
     assert!(
-        now.contains("config refused: container fits: a memory cap of 41GiB is more than GPU 0 has"),
+        now.contains(
+            "config refused: container fits: a memory cap of 41GiB is more than GPU 0 has"
+        ),
         "{now}"
     );
     assert_eq!(

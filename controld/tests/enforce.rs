@@ -106,7 +106,10 @@ fn kill_stops_a_process_over_its_cap_after_the_grace_period() {
         Some(1.0),
         "{text}"
     );
-    assert!(neighbour.try_status().is_none(), "the neighbour was stopped");
+    assert!(
+        neighbour.try_status().is_none(),
+        "the neighbour was stopped"
+    );
     let calm = node.container("calm").unwrap();
     assert_eq!(json_u64(&calm, "/watchdog_kills"), 0);
 }

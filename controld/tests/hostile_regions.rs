@@ -50,7 +50,10 @@ fn capfill(node: &Node, region: &Path) -> Option<u64> {
         Some(full) if json_u64(&full, "/allocated") > 0 => Some(json_u64(&full, "/total_full")),
         _ => {
             let stderr = String::from_utf8_lossy(&out.stderr);
-            assert!(stderr.contains("out-of-memory"), "not failed closed: {stderr}");
+            assert!(
+                stderr.contains("out-of-memory"),
+                "not failed closed: {stderr}"
+            );
             None
         }
     }
@@ -73,11 +76,17 @@ fn an_attacked_region_is_set_aside_and_the_daemon_serves_on() {
     type Attack = fn(&Path, &Path);
     let attacks: [(&str, bool, Attack); 4] = [
         ("truncated", true, |region, _| {
-            let f = std::fs::OpenOptions::new().write(true).open(region).unwrap();
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .open(region)
+                .unwrap();
             f.set_len(0).unwrap();
         }),
         ("grown", true, |region, _| {
-            let f = std::fs::OpenOptions::new().write(true).open(region).unwrap();
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .open(region)
+                .unwrap();
             f.set_len(10 << 30).unwrap();
         }),
         ("replaced by a symbolic link", false, |region, dir| {
@@ -88,7 +97,10 @@ fn an_attacked_region_is_set_aside_and_the_daemon_serves_on() {
         }),
         ("overwritten", true, |region, _| {
             use std::os::unix::fs::FileExt;
-            let f = std::fs::OpenOptions::new().write(true).open(region).unwrap();
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .open(region)
+                .unwrap();
             f.write_all_at(&[0xA5; 64], 0).unwrap();
         }),
     ];
@@ -114,7 +126,10 @@ fn an_attacked_region_is_set_aside_and_the_daemon_serves_on() {
         assert!(other["problems"].as_array().unwrap().is_empty(), "{other}");
         assert_eq!(json_u64(&other, "/devices/0/memory_cap"), 2 * GIB);
         assert!(json_u64(&other, "/devices/0/memory_used") >= 256 * MIB);
-        assert!(neighbour.try_status().is_none(), "the neighbour's process died");
+        assert!(
+            neighbour.try_status().is_none(),
+            "the neighbour's process died"
+        );
         // The path holds a fresh region with the declared cap.
         assert_eq!(capfill(&node, &node.region("victim")), Some(GIB), "{what}");
         if spoils_file {

@@ -43,19 +43,36 @@ fn a_restart_keeps_containers_as_declared_or_refuses_them_loudly() {
     let mut node = Node::new("restart");
     node.start(None);
     for args in [
-        &["container", "add", "spoilt", "--memory", "1GiB", "--compute", "fixed:20"][..],
         &[
-            "container", "add", "lost", "--memory", "2GiB", "--compute", "burst:30",
-            "--priority", "offline",
+            "container",
+            "add",
+            "spoilt",
+            "--memory",
+            "1GiB",
+            "--compute",
+            "fixed:20",
+        ][..],
+        &[
+            "container",
+            "add",
+            "lost",
+            "--memory",
+            "2GiB",
+            "--compute",
+            "burst:30",
+            "--priority",
+            "offline",
         ],
         &["container", "add", "kept", "--memory", "512MiB"],
     ] {
         node.ctl_ok(args);
     }
     let dir = node.state_dir();
-    assert!(std::fs::read_dir(&dir)
+    assert!(std::fs::read_dir(&dir).unwrap().all(|e| !e
         .unwrap()
-        .all(|e| !e.unwrap().file_name().to_string_lossy().ends_with(".tmp")));
+        .file_name()
+        .to_string_lossy()
+        .ends_with(".tmp")));
     node.daemon.as_mut().unwrap().kill();
 
     std::fs::write(dir.join("spoilt.json"), b"{\"spec\": garbage").unwrap();
@@ -75,15 +92,23 @@ fn a_restart_keeps_containers_as_declared_or_refuses_them_loudly() {
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
-    assert!(aside.iter().any(|f| f.starts_with("spoilt.json")), "{aside:?}");
-    assert!(node.region("spoilt").exists(), "its region is left as it was");
+    assert!(
+        aside.iter().any(|f| f.starts_with("spoilt.json")),
+        "{aside:?}"
+    );
+    assert!(
+        node.region("spoilt").exists(),
+        "its region is left as it was"
+    );
     // Made again from its declaration, and said so.
     let lost = container(&status, "lost").expect("lost kept");
     assert_eq!(json_u64(&lost, "/devices/0/memory_cap"), 2 * GIB);
     assert_eq!(lost["compute"], "burst:30");
     assert_eq!(lost["priority"], "offline");
     assert!(
-        lost["problems"].to_string().contains("made again from its declaration"),
+        lost["problems"]
+            .to_string()
+            .contains("made again from its declaration"),
         "{lost}"
     );
     assert!(node.region("lost").exists());

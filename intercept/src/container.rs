@@ -89,7 +89,9 @@ fn open_region(caps: &MemoryCaps) -> Option<Region> {
                 ),
                 other => {
                     let odd = match other {
-                        Some(v) if !v.is_empty() => format!(" ({}={v:?} is not `env`)", crate::env::REGION_FALLBACK),
+                        Some(v) if !v.is_empty() => {
+                            format!(" ({}={v:?} is not `env`)", crate::env::REGION_FALLBACK)
+                        }
                         _ => String::new(),
                     };
                     crate::tlog!(

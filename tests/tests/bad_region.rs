@@ -44,11 +44,16 @@ fn check_closed(kind: ClientKind, container: &Container<'_>, path: &Path, what: 
         .find_map(|l| l.strip_prefix("full "))
         .map(|j| json_u64(&serde_json::from_str(j).expect("full JSON"), "/allocated"));
     match allocated {
-        Some(bytes) => assert_eq!(bytes, 0, "{what}: allocated under a region it could not use"),
+        Some(bytes) => assert_eq!(
+            bytes, 0,
+            "{what}: allocated under a region it could not use"
+        ),
         None => assert!(
             !out.status.success()
-                && (stderr.contains("OUT_OF_MEMORY") || stderr.contains("out of memory")
-                    || text.contains("OUT_OF_MEMORY") || stderr.contains(" 2")),
+                && (stderr.contains("OUT_OF_MEMORY")
+                    || stderr.contains("out of memory")
+                    || text.contains("OUT_OF_MEMORY")
+                    || stderr.contains(" 2")),
             "{what}: neither refused nor reported:\n{text}\n{stderr}"
         ),
     }
@@ -66,8 +71,7 @@ fn capfill(
     what: &str,
 ) -> (u64, Vec<String>, std::process::Output) {
     let mut cmd = kind.command(container, "capfill", &[]);
-    cmd.stdin(std::process::Stdio::null())
-        .env(FALLBACK, "env");
+    cmd.stdin(std::process::Stdio::null()).env(FALLBACK, "env");
     let out = run_with_timeout(&mut cmd, Duration::from_secs(60));
     assert_no_crash(&out, what);
     assert_success(&out, what);
@@ -206,7 +210,10 @@ fn a_huge_or_linked_region_fails_closed() {
         container.region(),
         "a 10 GB sparse region",
     );
-    assert_eq!(std::fs::metadata(container.region()).unwrap().len(), 10 << 30);
+    assert_eq!(
+        std::fs::metadata(container.region()).unwrap().len(),
+        10 << 30
+    );
     let link = container.region().with_extension("link");
     std::fs::write(container.region(), &valid).unwrap();
     std::os::unix::fs::symlink(container.region(), &link).unwrap();

@@ -156,8 +156,7 @@ mod tests {
 
         // A daemon that takes the connection and never answers: busy.
         let listener = UnixListener::bind(&path).unwrap();
-        let mut client =
-            Client::connect_with_patience(&path, Duration::from_millis(200)).unwrap();
+        let mut client = Client::connect_with_patience(&path, Duration::from_millis(200)).unwrap();
         let err = client.call(&Request::List {}).unwrap_err();
         assert!(matches!(err, ClientError::Busy(_)), "{err}");
         assert!(err.to_string().contains("running but busy"), "{err}");
@@ -172,7 +171,9 @@ mod tests {
             let mut request = String::new();
             BufReader::new(&second).read_line(&mut request).unwrap();
             second
-                .write_all(b"{\"error\":\"controld is busy: it serves 1024 connections already\"}\n")
+                .write_all(
+                    b"{\"error\":\"controld is busy: it serves 1024 connections already\"}\n",
+                )
                 .unwrap();
         });
         let mut client = Client::connect(&path).unwrap();

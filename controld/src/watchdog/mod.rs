@@ -335,8 +335,7 @@ fn judge(
         })
         .collect();
     let by_index: HashMap<u32, &GpuSample> = gpus.iter().map(|g| (g.index, g)).collect();
-    for (index, (container, host_pids)) in status.containers.iter_mut().zip(mapping).enumerate()
-    {
+    for (index, (container, host_pids)) in status.containers.iter_mut().zip(mapping).enumerate() {
         for device in &mut container.devices {
             let Some(gpu) = by_index.get(&device.gpu) else {
                 device.real_memory_used = None;

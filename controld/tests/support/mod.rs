@@ -7,8 +7,8 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
 use std::sync::OnceLock;
+use std::time::{Duration, Instant};
 use tessera_tests::{artifacts, run_with_timeout, Running, SimNode};
 
 /// The `controld` binary of this build (`libtessera.so` is built next to it).
