@@ -49,11 +49,7 @@ fn check_closed(kind: ClientKind, container: &Container<'_>, path: &Path, what: 
             "{what}: allocated under a region it could not use"
         ),
         None => assert!(
-            !out.status.success()
-                && (stderr.contains("OUT_OF_MEMORY")
-                    || stderr.contains("out of memory")
-                    || text.contains("OUT_OF_MEMORY")
-                    || stderr.contains(" 2")),
+            !out.status.success() && stderr.contains("CUDA_ERROR_OUT_OF_MEMORY"),
             "{what}: neither refused nor reported:\n{text}\n{stderr}"
         ),
     }
