@@ -5,8 +5,8 @@
 //! that touched it: for `controld`, which maps every container's region, one container
 //! could take down the node's daemon. A process that cannot afford that (the daemon, never
 //! the preload library, which must not take signals from its host application) calls
-//! [`install`]: from then on every region it maps is listed here, and a `SIGBUS` inside one
-//! of them replaces that mapping, in place, with private zero pages and marks it faulted.
+//! [`install`]: from then on every region and board it maps is listed here, and a `SIGBUS`
+//! inside one of them replaces that mapping, in place, with private zero pages and marks it faulted.
 //! The faulting access is retried on the zeros and the process goes on; the owner of the
 //! mapping sees [`faulted`] (through `Region::verify`) and sets the region aside.
 //!

@@ -74,3 +74,22 @@ fn a_region_grown_or_replaced_under_the_mapping_fails_verify() {
     assert!(err.to_string().contains("is gone"), "{err}");
     let _ = std::fs::remove_file(other);
 }
+
+#[test]
+fn a_board_truncated_under_the_daemon_reads_zeros() {
+    tessera_region::fault::install().unwrap();
+    let path = temp_path("board");
+    let board = tessera_region::Board::create(&path).unwrap();
+    assert!(board.set(0, 3));
+    assert_ne!(board.online(0), 0);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_len(0)
+        .unwrap();
+    // Without the guard this read kills the process with SIGBUS.
+    assert_eq!(board.online(0), 0);
+    drop(board);
+    let _ = std::fs::remove_file(path);
+}
