@@ -6,18 +6,18 @@
 //! could take down the node's daemon. A process that cannot afford that (the daemon, never
 //! the preload library, which must not take signals from its host application) calls
 //! [`install`]: from then on every region and board it maps is listed here, and a `SIGBUS`
-//! inside one of them replaces that mapping, in place, with private zero pages and marks it faulted.
-//! The faulting access is retried on the zeros and the process goes on; the owner of the
-//! mapping sees [`faulted`] (through `Region::verify`) and sets the region aside.
+//! inside one of them replaces that mapping, in place, with private zero pages and marks it
+//! faulted. The faulting access is retried on the zeros and the process goes on; the owner
+//! of a region sees that it faulted (through `Region::verify`) and sets it aside.
 //!
 //! The handler only loads atomics and calls `mmap` (a plain system call on Linux) and
 //! `sigaction`; it never allocates or locks. A fault at an address that is not a listed
-//! region restores the default action and returns, so the access faults again and the
+//! mapping restores the default action and returns, so the access faults again and the
 //! process dies as it would have without this module.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-/// How many regions one process can have listed at once; a node runs far fewer containers.
+/// How many mappings one process can have listed at once; a node runs far fewer containers.
 const SLOTS: usize = 4096;
 
 /// Set once the handler is in place; until then nothing is listed.
