@@ -23,8 +23,12 @@ memory = "1GiB"
 fn within_a_second(what: &str, mut attempt: impl FnMut() -> Result<(), String>) {
     let mut errors = Vec::new();
     for _ in 0..3 {
+        let started = std::time::Instant::now();
         match attempt() {
-            Ok(()) => return,
+            Ok(()) => {
+                eprintln!("{what} answered in {:?}", started.elapsed());
+                return;
+            }
             Err(e) => errors.push(e),
         }
     }
