@@ -647,6 +647,11 @@ impl State {
                 memory_caps: spec.memory_caps(),
             };
             let m = self.containers.get_mut(&name).expect("present");
+            // A region that cannot be made again is found spoiled again each pass: keep the
+            // newest lines only.
+            if m.problems.len() >= MAX_PROBLEMS {
+                m.problems.drain(..2);
+            }
             m.problems.push(line.clone());
             m.quarantines += 1;
             match Region::open_or_create(&path, &init) {
