@@ -404,7 +404,19 @@ impl State {
             .unwrap_or(0);
         let file = path.file_name().map(|f| f.to_string_lossy().into_owned());
         let target = qdir.join(format!("{}.{stamp}", file.unwrap_or_default()));
-        let moved = std::fs::create_dir_all(&qdir).and_then(|()| std::fs::rename(path, &target));
+        let moved = std::fs::create_dir_all(&qdir)
+            .and_then(|()| {
+                // Never into a link someone put in its place: the files set aside stay here.
+                if std::fs::symlink_metadata(&qdir)?.file_type().is_dir() {
+                    Ok(())
+                } else {
+                    Err(std::io::Error::other(format!(
+                        "{} is not a directory",
+                        qdir.display()
+                    )))
+                }
+            })
+            .and_then(|()| std::fs::rename(path, &target));
         let line = match moved {
             Ok(()) => format!(
                 "quarantined {} (moved to {}): {reason}",
