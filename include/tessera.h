@@ -33,6 +33,10 @@
 #define TESSERA_ENV_STATE_DIR "TESSERA_STATE_DIR"
 /* error | warn | info | debug */
 #define TESSERA_ENV_LOG "TESSERA_LOG"
+/* "env": a process whose region file cannot be used (unreadable, foreign, of another
+ * version, spoiled) runs under the environment's memory caps. Unset, its cap is 0 bytes on
+ * every device: allocations fail with out-of-memory, never uncapped. */
+#define TESSERA_ENV_REGION_FALLBACK "TESSERA_REGION_FALLBACK"
 
 /* ---- Region layout, version 2 ---- */
 

@@ -4,6 +4,9 @@
 //! [daemon]
 //! state_dir = "/run/tessera"     # where regions and the control socket live
 //! metrics = "127.0.0.1:9400"     # Prometheus endpoint; off when absent
+//! enforce = "report"             # over a cap by NVML: report (default) | kill
+//! enforce_grace_ms = 2000        # how long over cap + slack before kill acts
+//! enforce_slack = "64MiB"        # how far over the cap NVML may count unreported
 //!
 //! [[container]]
 //! name = "inference"             # [a-z0-9][a-z0-9-]{0,62}
@@ -36,6 +39,15 @@ pub struct DaemonSettings {
     pub socket: Option<PathBuf>,
     /// Where to serve Prometheus metrics (`GET /metrics`); off when absent.
     pub metrics: Option<SocketAddr>,
+    /// What the watchdog does about a container whose processes hold more than its cap.
+    #[serde(default)]
+    pub enforce: crate::watchdog::Enforce,
+    /// How long, in milliseconds, a container may stay over its cap plus the slack before
+    /// `enforce = "kill"` stops its processes; [`crate::watchdog::DEFAULT_GRACE`] when absent.
+    pub enforce_grace_ms: Option<u64>,
+    /// How far NVML's count may exceed a cap unreported;
+    /// [`crate::watchdog::DEFAULT_SLACK`] when absent.
+    pub enforce_slack: Option<crate::spec::MemorySize>,
 }
 
 /// A config file, read and checked.

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 /// The state dir when neither `--state-dir`, `TESSERA_STATE_DIR` nor the config says.
 pub const DEFAULT_STATE_DIR: &str = "/run/tessera";
@@ -17,6 +18,8 @@ pub const DEFAULT_STATE_DIR: &str = "/run/tessera";
 pub const STATE_DIR_ENV: &str = "TESSERA_STATE_DIR";
 /// The control socket's file name in the state dir.
 pub const SOCKET_NAME: &str = "control.sock";
+/// How often the watchdog looks when `enforce = "kill"` (it otherwise looks at each status).
+const WATCHDOG_PERIOD: Duration = Duration::from_millis(250);
 
 /// Adds to a status what the regions cannot tell (the watchdog's GPU figures, real usage,
 /// unmanaged processes).
@@ -66,6 +69,20 @@ impl Core {
             .unwrap_or_else(|p| p.into_inner())
             .push(enrich);
     }
+}
+
+/// How status names a container declaration the config asked for and the daemon refused.
+const REFUSED: &str = "config refused";
+
+/// Why a reload did not take effect, in whole or in part.
+#[derive(Debug, thiserror::Error)]
+pub enum ReloadError {
+    /// The file could not be read; the running config stays in force.
+    #[error("{0}")]
+    Config(ConfigError),
+    /// These containers' new declarations were refused; they stay as they were.
+    #[error("config reload refused in part, those containers stay as they were: {}", .0.join("; "))]
+    Refused(Vec<String>),
 }
 
 /// How `controld run` was asked to start.
@@ -155,6 +172,9 @@ impl Daemon {
         let config = load(config_path.as_deref())?;
         let dir = state_dir(options.state_dir.as_deref(), Some(&config));
         let socket = socket_path(&dir, Some(&config));
+        // Before any region is mapped: a container that truncates its region file must not
+        // kill the daemon with SIGBUS (see tessera_region::fault).
+        tessera_region::fault::install().map_err(DaemonError::Setup)?;
         let (mut state, found) = State::open(&dir)?;
         for line in found {
             if line.starts_with("adopted") {
@@ -163,8 +183,21 @@ impl Daemon {
                 crate::log::error(&line);
             }
         }
-        for line in state.apply_config(&config.containers, &[]) {
+        // The watchdog's NVML knows the node's GPUs: declarations are checked against them.
+        let watchdog = crate::watchdog::Watchdog::new();
+        if let Some(memory) = watchdog.device_memory() {
+            state.set_devices(memory);
+        }
+        let applied = state.apply_config(&config.containers, &[]);
+        for line in applied.log {
             crate::log::info(&line);
+        }
+        let mut config = config;
+        for (name, line) in applied.refused {
+            crate::log::error(&format!("{REFUSED}: {line}"));
+            state.note(format!("{REFUSED}: {line}"));
+            // Not in force, so that the next reload tries it again.
+            config.containers.retain(|c| c.name.as_str() != name);
         }
         let listener = crate::api::bind(&socket)?;
         // The node's priority board beside the regions; without one (a file in the way),
@@ -192,13 +225,42 @@ impl Daemon {
                 .spawn(move || crate::api::serve(listener, c, s))
                 .map_err(DaemonError::Setup)?,
         );
-        let watchdog = std::sync::Mutex::new(crate::watchdog::Watchdog::new());
+        let settings = &config.daemon;
+        let watchdog = watchdog
+            .with_slack(
+                settings
+                    .enforce_slack
+                    .map_or(crate::watchdog::DEFAULT_SLACK, |s| s.0),
+            )
+            .with_enforce(
+                settings.enforce,
+                settings
+                    .enforce_grace_ms
+                    .map_or(crate::watchdog::DEFAULT_GRACE, Duration::from_millis),
+            );
+        let watchdog = std::sync::Mutex::new(watchdog);
         core.add_status_enricher(Box::new(move |status| {
             watchdog
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .observe(status)
         }));
+        if settings.enforce == crate::watchdog::Enforce::Kill {
+            // `kill` must see a container over its cap even when nobody asks for status.
+            let (c, s) = (core.clone(), stop.clone());
+            threads.push(
+                std::thread::Builder::new()
+                    .name("watchdog".into())
+                    .spawn(move || {
+                        // Relaxed: a flag with no data behind it.
+                        while !s.load(Ordering::Relaxed) {
+                            drop(c.node_status());
+                            std::thread::sleep(WATCHDOG_PERIOD);
+                        }
+                    })
+                    .map_err(DaemonError::Setup)?,
+            );
+        }
         let metrics = match config.daemon.metrics {
             Some(addr) => {
                 let c = core.clone();
@@ -251,9 +313,11 @@ impl Daemon {
             .clone()
     }
 
-    /// Reads the config file again and applies it. On error the running config stays in
-    /// force; the error is returned (and shown in status until a reload succeeds).
-    pub fn reload(&self) -> Result<(), ConfigError> {
+    /// Reads the config file again and applies it. A file that cannot be read leaves the
+    /// running config in force; a container whose new declaration is refused stays as it
+    /// was while the others change. Either is returned as an error (and shown in status
+    /// until a reload succeeds).
+    pub fn reload(&self) -> Result<(), ReloadError> {
         const FAILED: &str = "config reload failed";
         let mut config = self.config.lock().unwrap_or_else(|p| p.into_inner());
         let new = match load(self.config_path.as_deref()) {
@@ -263,21 +327,48 @@ impl Daemon {
                     s.forget(FAILED);
                     s.note(format!("{FAILED}, the previous config stays in force: {e}"));
                 });
-                return Err(e);
+                return Err(ReloadError::Config(e));
             }
         };
         if new.daemon != config.daemon {
             crate::log::warn("[daemon] settings changed; they take effect when controld restarts");
         }
-        let log = self.core.with_state(|s| {
+        let applied = self.core.with_state(|s| {
             s.forget(FAILED);
-            s.apply_config(&new.containers, &config.containers)
+            s.forget(REFUSED);
+            let applied = s.apply_config(&new.containers, &config.containers);
+            for (_, line) in &applied.refused {
+                s.note(format!("{REFUSED}: {line}"));
+            }
+            applied
         });
-        for line in log {
+        for line in applied.log {
             crate::log::info(&line);
         }
-        *config = new;
-        Ok(())
+        // What is in force: a refused declaration is not, so the next reload tries it again.
+        let mut in_force = new;
+        in_force.containers = in_force
+            .containers
+            .into_iter()
+            .filter_map(|spec| {
+                if !applied.refused.iter().any(|(n, _)| n == spec.name.as_str()) {
+                    return Some(spec);
+                }
+                config
+                    .containers
+                    .iter()
+                    .find(|c| c.name == spec.name)
+                    .cloned()
+            })
+            .collect();
+        *config = in_force;
+        if applied.refused.is_empty() {
+            Ok(())
+        } else {
+            Err(ReloadError::Refused(
+                applied.refused.into_iter().map(|(_, line)| line).collect(),
+            ))
+        }
     }
 
     /// Stops the threads and removes the socket; regions stay.
@@ -305,9 +396,10 @@ pub fn run(options: &Options) -> Result<(), DaemonError> {
         match signals.wait() {
             libc::SIGHUP => match daemon.reload() {
                 Ok(()) => crate::log::info("config reloaded"),
-                Err(e) => crate::log::error(&format!(
+                Err(ReloadError::Config(e)) => crate::log::error(&format!(
                     "config reload failed, the previous config stays in force: {e}"
                 )),
+                Err(e @ ReloadError::Refused(_)) => crate::log::error(&e.to_string()),
             },
             libc::SIGTERM | libc::SIGINT => {
                 crate::log::info("stopping; regions stay in place, applications keep their limits");

@@ -78,7 +78,7 @@ pub fn exec(socket: &Path, spec: ContainerSpec, command: &[OsString]) -> Result<
         return Err(ClientError::Protocol(socket.to_path_buf()).into());
     };
     client.wait_forever();
-    let mask = block_signals().map_err(ExecError::Signals)?;
+    let (mask, original) = block_signals().map_err(ExecError::Signals)?;
     let mut cmd = Command::new(&command[0]);
     cmd.args(&command[1..]);
     let mut preloads = preload.into_os_string();
@@ -97,7 +97,20 @@ pub fn exec(socket: &Path, spec: ContainerSpec, command: &[OsString]) -> Result<
             None => cmd.env_remove(format!("TESSERA_MEMORY_LIMIT_{dev}")),
         };
     }
-    // std resets the signal mask in the child, so the command gets its signals normally.
+    // The command starts with the mask this process started with, not the forwarding mask
+    // (with the forwarded signals blocked it would never see them).
+    // SAFETY: the closure runs in the forked child before exec and only calls
+    // pthread_sigmask, which is async-signal-safe, on a sigset_t copied in by value.
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        cmd.pre_exec(move || {
+            let rc = libc::pthread_sigmask(libc::SIG_SETMASK, &original, std::ptr::null_mut());
+            if rc != 0 {
+                return Err(std::io::Error::from_raw_os_error(rc));
+            }
+            Ok(())
+        });
+    }
     let mut child = match cmd.spawn() {
         Ok(child) => child,
         Err(source) => {
@@ -139,21 +152,25 @@ pub fn exec(socket: &Path, spec: ContainerSpec, command: &[OsString]) -> Result<
     })
 }
 
-/// Blocks the forwarded signals in this thread (and so in threads it starts later).
-fn block_signals() -> std::io::Result<libc::sigset_t> {
-    // SAFETY: sigset_t is plain data initialised by sigemptyset; only this set and this
-    // thread's mask are touched; the result is checked.
+/// Blocks the forwarded signals in this thread (and so in threads it starts later);
+/// returns the forwarded set and the mask the thread had before.
+fn block_signals() -> std::io::Result<(libc::sigset_t, libc::sigset_t)> {
+    // SAFETY: sigset_t is plain data initialised by sigemptyset (or filled by
+    // pthread_sigmask); only these sets and this thread's mask are touched; the result is
+    // checked.
     unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
+        let mut original: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut set);
+        libc::sigemptyset(&mut original);
         for sig in FORWARDED {
             libc::sigaddset(&mut set, sig);
         }
-        let rc = libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        let rc = libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut original);
         if rc != 0 {
             return Err(std::io::Error::from_raw_os_error(rc));
         }
-        Ok(set)
+        Ok((set, original))
     }
 }
 

@@ -10,6 +10,7 @@ pub mod cli;
 pub mod config;
 pub mod daemon;
 pub mod demo;
+pub mod dir_lock;
 pub mod exec;
 pub mod log;
 pub mod metrics;

@@ -1,16 +1,18 @@
 //! Prometheus metrics: [`render`] writes a [`NodeStatus`] in the text exposition format
 //! (version 0.0.4), and [`MetricsServer`] serves it at `GET /metrics` over HTTP/1.1.
 //!
-//! The server is deliberately small: one thread, one connection at a time, `Connection:
-//! close`, a bounded request and a deadline for reading it, so that a slow or hostile client
-//! costs at most a few seconds and a few KiB. It runs only where the config names an address.
+//! The server is deliberately small: `Connection: close`, a bounded request and a deadline
+//! for reading it, so that a slow or hostile client costs at most a few seconds and a few
+//! KiB. Each connection has a thread of its own (small, at most [`MAX_CONNECTIONS`] at
+//! once; past that a connection is closed at once), so slow clients never hold up a
+//! scrape. It runs only where the config names an address.
 
 use crate::status::{ContainerDevice, GpuStatus, NodeStatus};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -28,6 +30,10 @@ const REQUEST_DEADLINE: Duration = Duration::from_secs(5);
 const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long the server drains a client's unread bytes after answering.
 const LINGER: Duration = Duration::from_millis(200);
+/// Connections served at once; past that a new one is closed unanswered.
+const MAX_CONNECTIONS: usize = 512;
+/// The stack of a connection's thread: the status and its text, a few KiB each.
+const STACK: usize = 256 << 10;
 
 /// What kind of metric a family is.
 #[derive(Clone, Copy)]
@@ -242,6 +248,25 @@ pub fn render(status: &NodeStatus) -> String {
             c.problems.len() as f64,
         );
     }
+    type ContainerCount = fn(&crate::status::ContainerStatus) -> u64;
+    let counts: [(&str, &str, ContainerCount); 2] = [
+        (
+            "tessera_container_region_quarantines_total",
+            "Times the container's region file was found truncated, resized, replaced or overwritten, and set aside for a fresh one.",
+            |c| c.region_quarantines,
+        ),
+        (
+            "tessera_container_watchdog_kills_total",
+            "Processes of the container the watchdog stopped for holding more than its cap (enforce = kill); the status says why.",
+            |c| c.watchdog_kills,
+        ),
+    ];
+    for (name, help, value) in counts {
+        w.family(name, Kind::Counter, help);
+        for c in &status.containers {
+            w.sample(name, &[("container", c.name.as_str())], value(c) as f64);
+        }
+    }
 
     type DeviceValue = fn(&ContainerDevice) -> Option<f64>;
     let per_device: [(&str, Kind, &str, DeviceValue); 7] = [
@@ -374,18 +399,36 @@ impl Drop for MetricsServer {
 }
 
 fn serve(listener: TcpListener, source: StatusSource, stop: Arc<AtomicBool>) {
+    let open = Arc::new(AtomicUsize::new(0));
     for stream in listener.incoming() {
         // Acquire: pairs with the Release store in `drop`.
         if stop.load(Ordering::Acquire) {
             return;
         }
-        match stream {
-            Ok(stream) => {
+        let stream = match stream {
+            Ok(stream) => stream,
+            // Out of descriptors and the like: give the system a moment.
+            Err(_) => {
+                std::thread::sleep(Duration::from_millis(50));
+                continue;
+            }
+        };
+        // Relaxed: a count that only limits; nothing is published through it.
+        if open.fetch_add(1, Ordering::Relaxed) >= MAX_CONNECTIONS {
+            open.fetch_sub(1, Ordering::Relaxed);
+            continue;
+        }
+        let (source, done) = (Arc::clone(&source), Arc::clone(&open));
+        let spawned = std::thread::Builder::new()
+            .name("metrics-client".to_string())
+            .stack_size(STACK)
+            .spawn(move || {
                 // A client that misbehaves only loses its own answer.
                 let _ = answer(stream, &source);
-            }
-            // Out of descriptors and the like: give the system a moment.
-            Err(_) => std::thread::sleep(Duration::from_millis(50)),
+                done.fetch_sub(1, Ordering::Relaxed);
+            });
+        if spawned.is_err() {
+            open.fetch_sub(1, Ordering::Relaxed);
         }
     }
 }
@@ -590,6 +633,8 @@ mod tests {
                     memory: vec![1 << 30],
                 }],
                 problems: vec![],
+                region_quarantines: 0,
+                watchdog_kills: 0,
             }],
             unmanaged: vec![UnmanagedProcess {
                 gpu: 0,
@@ -626,6 +671,9 @@ mod tests {
             "tessera_container_info{container=\"inference\",compute=\"burst:50\",priority=\"online\"} 1",
             "tessera_container_processes{container=\"inference\"} 1",
             "tessera_container_problems{container=\"inference\"} 0",
+            "tessera_container_region_quarantines_total{container=\"inference\"} 0",
+            "tessera_container_watchdog_kills_total{container=\"inference\"} 0",
+            "# TYPE tessera_container_watchdog_kills_total counter",
             "tessera_container_memory_used_bytes{container=\"inference\",gpu=\"0\"} 1073741824",
             "tessera_container_memory_cap_bytes{container=\"inference\",gpu=\"0\"} 8589934592",
             "tessera_container_gpu_share_target_ratio{container=\"inference\",gpu=\"0\"} 0.5",
@@ -660,7 +708,7 @@ mod tests {
                 );
             }
         }
-        assert_eq!(seen.len(), 18);
+        assert_eq!(seen.len(), 20);
         assert!(text.ends_with('\n'));
     }
 

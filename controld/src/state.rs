@@ -2,8 +2,12 @@
 //!
 //! Each container has `<state_dir>/<name>.region` (what its processes map) and
 //! `<state_dir>/<name>.json` (its declaration and where it came from, so that a new
-//! `controld` adopts it as it was). At start every region file is adopted; a corrupt one is
-//! moved into `<state_dir>/quarantine/` and reported, never fatal. Everything read from a
+//! `controld` adopts it as it was; written whole: to a temporary file, synced, renamed).
+//! At start every declared container is adopted as declared: a region that is missing or
+//! spoiled is made again from the declaration (the spoiled file moved into
+//! `<state_dir>/quarantine/`). A declaration that cannot be read is moved there too and its
+//! container refused, loudly; never replaced by defaults. A region found without any
+//! declaration is adopted with what its region says, and reported. Everything read from a
 //! region is untrusted: figures are checked and clamped before anyone sees them.
 
 use crate::policy::ComputePolicy;
@@ -69,12 +73,33 @@ pub enum StateError {
         /// Its live processes.
         count: usize,
     },
+    /// A GPU the node does not have.
+    #[error("GPU {gpu} does not exist: this node has {count} GPU(s), numbered from 0; pick one of those")]
+    NoSuchGpu {
+        /// The GPU asked for.
+        gpu: u32,
+        /// How many the node has.
+        count: usize,
+    },
+    /// A cap larger than the GPU's memory.
+    #[error("a memory cap of {cap} is more than GPU {gpu} has ({total}); give a cap of at most {total}, or none")]
+    CapTooLarge {
+        /// The GPU.
+        gpu: u32,
+        /// The cap asked for, as written.
+        cap: String,
+        /// The GPU's memory, as written.
+        total: String,
+    },
     /// A config container changed through the API.
     #[error("container {0} is declared in the config file; change it there and reload controld (SIGHUP)")]
     Declared(String),
     /// The region could not be made.
     #[error("{0}")]
     Region(#[from] RegionError),
+    /// Another daemon holds the state dir.
+    #[error("{0}")]
+    Locked(#[from] crate::dir_lock::DirLockError),
     /// The declaration could not be written.
     #[error("cannot write {path}: {source}; check that the state dir is writable")]
     Io {
@@ -123,16 +148,22 @@ struct Managed {
     /// To be removed once it has no live process (a transient container whose command
     /// ended, a config container no longer declared).
     retiring: bool,
+    /// How often its region was found spoiled and set aside.
+    quarantines: u64,
 }
 
 /// The daemon's containers.
 pub struct State {
     dir: PathBuf,
+    /// Held for the state's life: one daemon per state dir.
+    _lock: crate::dir_lock::DirLock,
     containers: BTreeMap<String, Managed>,
     /// Node-wide problems (quarantined files, a failed reload), newest last.
     problems: Vec<String>,
     /// The containers as the compute scheduler sees them, republished on every change.
     roster: Arc<Roster>,
+    /// The memory of each GPU of the node, by index, where the daemon could learn it.
+    devices: Option<Vec<u64>>,
 }
 
 /// Node-wide problems kept for status; older ones are dropped.
@@ -150,31 +181,148 @@ impl State {
             source,
         };
         std::fs::create_dir_all(dir).map_err(io)?;
+        let lock = crate::dir_lock::DirLock::take(dir)?;
         let mut state = State {
             dir: dir.to_path_buf(),
+            _lock: lock,
             containers: BTreeMap::new(),
             problems: Vec::new(),
             roster: Arc::new(Roster::default()),
+            devices: None,
         };
         let mut log = Vec::new();
-        let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        let mut stems: Vec<String> = std::fs::read_dir(dir)
             .map_err(io)?
             .filter_map(Result::ok)
             .map(|e| e.path())
-            .filter(|p| p.extension().is_some_and(|e| e == "region"))
+            .filter(|p| p.extension().is_some_and(|e| e == "region" || e == "json"))
+            .filter_map(|p| p.file_stem().and_then(|s| s.to_str()).map(str::to_string))
             .collect();
-        files.sort();
-        for path in files {
-            match state.adopt(&path) {
-                Ok(name) => log.push(format!("adopted container {name} ({})", path.display())),
-                Err(reason) => {
-                    let line = state.quarantine(&path, &reason);
+        stems.sort();
+        stems.dedup();
+        for stem in stems {
+            let region = state.region_path(&stem);
+            match state.declaration(&stem) {
+                Declaration::Found(saved) => log.extend(state.adopt_declared(saved)),
+                Declaration::Unreadable(reason) => {
+                    let line = state.quarantine(&state.spec_path(&stem), &reason);
+                    let line = format!(
+                        "container {stem} refused: {line}; its region is left as it is, unmanaged; declare it again with `controld container add` or in the config"
+                    );
+                    state.note(line.clone());
                     log.push(line);
                 }
+                Declaration::Missing if region.exists() => match state.adopt(&region) {
+                    Ok(name) => log.push(format!(
+                        "adopted container {name} ({}) without a declaration: best-effort, online, with the caps in its region",
+                        region.display()
+                    )),
+                    Err(reason) => {
+                        let line = state.quarantine(&region, &reason);
+                        log.push(line);
+                    }
+                },
+                Declaration::Missing => {}
             }
         }
         state.publish();
         Ok((state, log))
+    }
+
+    /// What `<name>.json` says, if it is there.
+    fn declaration(&self, stem: &str) -> Declaration {
+        let path = self.spec_path(stem);
+        let bytes = match read_no_follow(&path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Declaration::Missing,
+            Err(e) => return Declaration::Unreadable(format!("cannot read it: {e}")),
+        };
+        match serde_json::from_slice::<Saved>(&bytes) {
+            Ok(saved) if saved.spec.name.as_str() == stem => Declaration::Found(saved),
+            Ok(saved) => Declaration::Unreadable(format!(
+                "it declares container {}, not {stem}",
+                saved.spec.name
+            )),
+            Err(e) => Declaration::Unreadable(format!("it is not a declaration: {e}")),
+        }
+    }
+
+    /// Adopts a declared container as declared: its region if whole, else one made again
+    /// from the declaration (a spoiled one set aside first). Returns the log lines.
+    fn adopt_declared(&mut self, saved: Saved) -> Vec<String> {
+        let name = saved.spec.name.to_string();
+        let path = self.region_path(&name);
+        let mut log = Vec::new();
+        let mut problems = Vec::new();
+        let mut quarantines = 0;
+        let existing = match Region::open(&path) {
+            Ok(region) if region.name() == name => Some(region),
+            Ok(region) => {
+                let reason = format!("it holds container {:?}", region.name());
+                drop(region);
+                quarantines += 1;
+                problems.push(self.quarantine(&path, &reason));
+                None
+            }
+            Err(RegionError::Io { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound =>
+            {
+                problems.push("its region was missing; made again from its declaration".into());
+                None
+            }
+            Err(e) => {
+                quarantines += 1;
+                problems.push(self.quarantine(&path, &e.to_string()));
+                None
+            }
+        };
+        let region = match existing {
+            Some(region) => region,
+            None => {
+                let init = RegionInit {
+                    name: name.clone(),
+                    memory_caps: saved.spec.memory_caps(),
+                };
+                match Region::open_or_create(&path, &init) {
+                    Ok(region) => region,
+                    Err(e) => {
+                        let line = format!(
+                            "container {name} refused: its region cannot be made again ({e}); its declaration stays in {}",
+                            self.spec_path(&name).display()
+                        );
+                        self.note(line.clone());
+                        log.push(line);
+                        return log;
+                    }
+                }
+            }
+        };
+        // The declaration is the record: caps written into the region while no daemon ran
+        // are put back.
+        apply_caps(&region, &saved.spec);
+        if problems.is_empty() {
+            log.push(format!("adopted container {name} ({})", path.display()));
+        }
+        log.extend(problems.iter().map(|p| format!("container {name}: {p}")));
+        let retiring = saved.origin == Origin::Transient;
+        if retiring {
+            problems.push(
+                "its exec command was started under an earlier controld; removed once its processes end"
+                    .to_string(),
+            );
+        }
+        self.containers.insert(
+            name,
+            Managed {
+                spec: saved.spec,
+                origin: saved.origin,
+                region: Arc::new(region),
+                problems,
+                retiring,
+                quarantines,
+            },
+        );
+        log
     }
 
     /// The compute scheduler's view of the containers, kept up to date by every change.
@@ -213,7 +361,8 @@ impl State {
         self.dir.join(format!("{name}.json"))
     }
 
-    /// Adopts one region file, returning its container's name, or why it is unusable.
+    /// Adopts a region file found without a declaration, returning its container's name,
+    /// or why it is unusable.
     fn adopt(&mut self, path: &Path) -> Result<String, String> {
         let stem = path
             .file_stem()
@@ -228,29 +377,19 @@ impl State {
                 region.name()
             ));
         }
-        let saved = std::fs::read(self.spec_path(&stem))
-            .ok()
-            .and_then(|bytes| serde_json::from_slice::<Saved>(&bytes).ok())
-            .filter(|s| s.spec.name == name);
-        let (spec, origin, retiring) = match saved {
-            Some(s) => (s.spec, s.origin, s.origin == Origin::Transient),
-            None => (spec_from_region(name, &region), Origin::Adopted, false),
-        };
-        let mut problems = Vec::new();
-        if retiring {
-            problems.push(
-                "its exec command was started under an earlier controld; removed once its processes end"
-                    .to_string(),
-            );
-        }
+        let spec = spec_from_region(name, &region);
         self.containers.insert(
             stem.clone(),
             Managed {
                 spec,
-                origin,
+                origin: Origin::Adopted,
                 region: Arc::new(region),
-                problems,
-                retiring,
+                problems: vec![
+                    "found without a declaration: best-effort, online, with the caps in its region; `controld container set` declares it"
+                        .to_string(),
+                ],
+                retiring: false,
+                quarantines: 0,
             },
         );
         Ok(stem)
@@ -265,7 +404,19 @@ impl State {
             .unwrap_or(0);
         let file = path.file_name().map(|f| f.to_string_lossy().into_owned());
         let target = qdir.join(format!("{}.{stamp}", file.unwrap_or_default()));
-        let moved = std::fs::create_dir_all(&qdir).and_then(|()| std::fs::rename(path, &target));
+        let moved = std::fs::create_dir_all(&qdir)
+            .and_then(|()| {
+                // Never into a link someone put in its place: the files set aside stay here.
+                if std::fs::symlink_metadata(&qdir)?.file_type().is_dir() {
+                    Ok(())
+                } else {
+                    Err(std::io::Error::other(format!(
+                        "{} is not a directory",
+                        qdir.display()
+                    )))
+                }
+            })
+            .and_then(|()| std::fs::rename(path, &target));
         let line = match moved {
             Ok(()) => format!(
                 "quarantined {} (moved to {}): {reason}",
@@ -294,9 +445,40 @@ impl State {
         self.problems.retain(|p| !p.starts_with(prefix));
     }
 
+    /// Tells the state the node's GPUs (each one's memory, by index), so that declarations
+    /// naming a GPU the node lacks, or a cap beyond a GPU's memory, are refused.
+    pub fn set_devices(&mut self, memory: Vec<u64>) {
+        self.devices = Some(memory);
+    }
+
+    /// Checks that `spec` names GPUs the node has and caps none beyond its memory (when the
+    /// node's GPUs are known).
+    fn check_devices(&self, spec: &ContainerSpec) -> Result<(), StateError> {
+        let Some(devices) = &self.devices else {
+            return Ok(());
+        };
+        for &gpu in spec.gpus.as_slice() {
+            let Some(&total) = devices.get(gpu as usize) else {
+                return Err(StateError::NoSuchGpu {
+                    gpu,
+                    count: devices.len(),
+                });
+            };
+            if let Some(cap) = spec.memory.filter(|cap| cap.0 > total) {
+                return Err(StateError::CapTooLarge {
+                    gpu,
+                    cap: cap.to_string(),
+                    total: tessera_region::units::format_size(total),
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// Checks that `spec` (replacing the container of its name, if any) keeps every GPU's
-    /// guarantees within 100%.
+    /// guarantees within 100%, and fits the node's GPUs.
     fn check_guarantees(&self, spec: &ContainerSpec) -> Result<(), StateError> {
+        self.check_devices(spec)?;
         for &gpu in spec.gpus.as_slice() {
             let mut holders: Vec<(String, u32)> = self
                 .containers
@@ -359,6 +541,7 @@ impl State {
                 region: Arc::new(region),
                 problems,
                 retiring: false,
+                quarantines: 0,
             },
         );
         self.publish();
@@ -476,7 +659,13 @@ impl State {
                 memory_caps: spec.memory_caps(),
             };
             let m = self.containers.get_mut(&name).expect("present");
+            // A region that cannot be made again is found spoiled again each pass: keep the
+            // newest lines only.
+            if m.problems.len() >= MAX_PROBLEMS {
+                m.problems.drain(..2);
+            }
             m.problems.push(line.clone());
+            m.quarantines += 1;
             match Region::open_or_create(&path, &init) {
                 Ok(region) => m.region = Arc::new(region),
                 Err(e) => m.problems.push(format!("cannot recreate its region: {e}")),
@@ -491,13 +680,15 @@ impl State {
 
     /// Makes the config's containers the config-origin set: adds the new ones, changes the
     /// changed ones and retires the ones no longer declared. Each container is handled on
-    /// its own; returns a log line per change or failure.
+    /// its own; returns a log line per change, and a line per container whose declaration
+    /// was refused (it stays as it was, or absent).
     pub fn apply_config(
         &mut self,
         declared: &[ContainerSpec],
         previous: &[ContainerSpec],
-    ) -> Vec<String> {
+    ) -> Applied {
         let mut log = Vec::new();
+        let mut refused = Vec::new();
         for spec in declared {
             let name = spec.name.to_string();
             let result = match self.containers.get(&name) {
@@ -510,7 +701,10 @@ impl State {
             };
             match result {
                 Ok(what) => log.push(format!("container {name}: {what}")),
-                Err(e) => log.push(format!("container {name}: {e}")),
+                Err(e) => {
+                    let line = format!("container {name}: {e}");
+                    refused.push((name, line));
+                }
             }
         }
         let gone: Vec<String> = self
@@ -534,7 +728,7 @@ impl State {
                 ));
             }
         }
-        log
+        Applied { log, refused }
     }
 
     /// Makes an existing container the config's, with the config's declaration.
@@ -550,7 +744,11 @@ impl State {
         self.replace(spec.clone())
     }
 
+    /// Writes `<name>.json` whole: a temporary file, synced, renamed over the old one, and
+    /// the directory synced, so that a crash leaves the old declaration or the new one.
     fn save(&self, spec: &ContainerSpec, origin: Origin) -> Result<(), StateError> {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
         let path = self.spec_path(spec.name.as_str());
         let saved = Saved {
             spec: spec.clone(),
@@ -558,8 +756,19 @@ impl State {
         };
         let bytes = serde_json::to_vec_pretty(&saved).expect("plain data serializes");
         let tmp = path.with_extension("json.tmp");
-        std::fs::write(&tmp, bytes)
+        let _ = std::fs::remove_file(&tmp);
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&tmp)
+            .and_then(|mut f| {
+                f.write_all(&bytes)?;
+                f.sync_all()
+            })
             .and_then(|()| std::fs::rename(&tmp, &path))
+            .and_then(|()| std::fs::File::open(&self.dir)?.sync_all())
             .map_err(|source| StateError::Io { path, source })
     }
 
@@ -604,6 +813,36 @@ impl State {
             problems: self.problems.clone(),
         }
     }
+}
+
+/// What applying a config did.
+#[derive(Debug, Default)]
+pub struct Applied {
+    /// A line per change.
+    pub log: Vec<String>,
+    /// Per container whose declaration was refused: its name and a line saying why.
+    pub refused: Vec<(String, String)>,
+}
+
+/// What a state dir holds of one container's declaration.
+enum Declaration {
+    Found(Saved),
+    Unreadable(String),
+    Missing,
+}
+
+/// A file's bytes, refusing a symbolic link in its place.
+fn read_no_follow(path: &Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut bytes = Vec::new();
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)?
+        .take(1 << 20)
+        .read_to_end(&mut bytes)?;
+    Ok(bytes)
 }
 
 /// The declaration file beside a region.
@@ -696,7 +935,8 @@ fn container_status(name: &str, m: &Managed, path: &Path) -> ContainerStatus {
         .iter()
         .map(|&gpu| {
             let dev = gpu as usize;
-            let cap = m.region.memory_cap(dev);
+            // The daemon's record, not what the region says: its processes can write that.
+            let cap = m.spec.memory_caps()[dev];
             let used = m.region.memory_used(dev);
             // Untrusted: the processes' own figures must add up to the container's.
             let held: u64 = processes
@@ -708,7 +948,7 @@ fn container_status(name: &str, m: &Managed, path: &Path) -> ContainerStatus {
                     "GPU {gpu}: its processes claim {held} bytes but the container counts {used}; its region was tampered with"
                 ));
             }
-            if cap.is_some_and(|c| used > c) && cap == m.spec.memory.map(|s| s.0) {
+            if cap.is_some_and(|c| used > c) && m.region.memory_cap(dev) == cap {
                 problems.push(format!(
                     "GPU {gpu}: {used} bytes in use, over its cap (lowered below its usage)"
                 ));
@@ -734,5 +974,7 @@ fn container_status(name: &str, m: &Managed, path: &Path) -> ContainerStatus {
         devices,
         processes,
         problems,
+        region_quarantines: m.quarantines,
+        watchdog_kills: 0,
     }
 }

@@ -55,6 +55,14 @@ pub struct ContainerStatus {
     pub processes: Vec<ContainerProcess>,
     /// What is wrong with it (a bypassed cap, a quarantined region), for people to read.
     pub problems: Vec<String>,
+    /// How often its region was found spoiled (truncated, resized, replaced, overwritten)
+    /// and set aside since the daemon started.
+    #[serde(default)]
+    pub region_quarantines: u64,
+    /// How many of its processes the watchdog stopped for holding more than their cap
+    /// (`enforce = "kill"`).
+    #[serde(default)]
+    pub watchdog_kills: u64,
 }
 
 /// A container on one GPU.
@@ -64,7 +72,7 @@ pub struct ContainerDevice {
     pub gpu: u32,
     /// Memory the container's processes hold, by its region's count.
     pub memory_used: u64,
-    /// Its cap; `None` is unlimited.
+    /// Its cap as the daemon declared it (not as its region says); `None` is unlimited.
     pub memory_cap: Option<u64>,
     /// Memory its processes really hold, by NVML (the watchdog's figure).
     pub real_memory_used: Option<u64>,

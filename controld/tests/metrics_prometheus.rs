@@ -73,6 +73,8 @@ fn node() -> NodeStatus {
                     memory: vec![2 << 30, 0],
                 }],
                 problems: Vec::new(),
+                region_quarantines: 0,
+                watchdog_kills: 0,
             },
             ContainerStatus {
                 name: "trainer".to_string(),
@@ -87,6 +89,8 @@ fn node() -> NodeStatus {
                 }],
                 processes: Vec::new(),
                 problems: vec!["a problem".to_string()],
+                region_quarantines: 2,
+                watchdog_kills: 3,
             },
         ],
         unmanaged: vec![UnmanagedProcess {
@@ -256,6 +260,16 @@ fn the_endpoint_serves_text_a_prometheus_parser_accepts() {
         "tessera_container_problems",
         &[("container", "trainer")],
         1.0,
+    );
+    expect(
+        "tessera_container_region_quarantines_total",
+        &[("container", "trainer")],
+        2.0,
+    );
+    expect(
+        "tessera_container_watchdog_kills_total",
+        &[("container", "trainer")],
+        3.0,
     );
     expect("tessera_gpu_utilization_ratio", &[("gpu", "0")], 0.875);
     expect(

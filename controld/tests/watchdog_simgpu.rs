@@ -8,69 +8,20 @@
 //! One test in this binary: the watchdog loads NVML into this process, configured by
 //! `SIMGPU_*` variables that the test sets for itself (no other test may run meanwhile).
 
-use std::path::{Path, PathBuf};
+mod support;
+
 use std::process::Command;
-use std::sync::OnceLock;
 use std::time::Duration;
+use support::map_shim;
 use tessera_controld::status::{ContainerDevice, ContainerProcess, ContainerStatus, NodeStatus};
 use tessera_controld::watchdog::Watchdog;
 use tessera_region::{Region, RegionInit, MAX_DEVICES};
 use tessera_tests::{
-    artifacts, processes_memory, run_with_timeout, tessera_client, ClientKind, Container, Running,
-    SimNode,
+    artifacts, processes_memory, tessera_client, ClientKind, Container, Running, SimNode,
 };
 
 const MIB: u64 = 1 << 20;
 const CAP: u64 = 1024 * MIB;
-
-/// A preload library that maps the file named by `WATCHDOG_TEST_MAP` and nothing else: a
-/// process that looks like a container's to the watchdog but allocates around the library.
-const MAP_SHIM: &str = r#"
-#include <fcntl.h>
-#include <stdlib.h>
-#include <sys/mman.h>
-#include <unistd.h>
-__attribute__((constructor)) static void map_region(void) {
-    const char *path = getenv("WATCHDOG_TEST_MAP");
-    if (!path)
-        return;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        _exit(3);
-    if (mmap(NULL, 4096, PROT_READ, MAP_SHARED, fd, 0) == MAP_FAILED)
-        _exit(4);
-    close(fd);
-}
-"#;
-
-fn map_shim() -> &'static Path {
-    static BUILT: OnceLock<PathBuf> = OnceLock::new();
-    BUILT.get_or_init(|| {
-        let dir = artifacts().profile_dir.join("tessera-clients");
-        std::fs::create_dir_all(&dir).unwrap();
-        let source = dir.join(format!("watchdog_map_shim.{}.c", std::process::id()));
-        std::fs::write(&source, MAP_SHIM).unwrap();
-        // Built under a name of its own and renamed into place, so that another test binary
-        // never loads a half-written library.
-        let tmp = dir.join(format!("libwatchdog_map_shim.{}.tmp", std::process::id()));
-        let out = run_with_timeout(
-            Command::new("gcc")
-                .args(["-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-o"])
-                .arg(&tmp)
-                .arg(&source),
-            Duration::from_secs(120),
-        );
-        assert!(
-            out.status.success(),
-            "gcc failed for the map shim:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let _ = std::fs::remove_file(&source);
-        let lib = dir.join("libwatchdog_map_shim.so");
-        std::fs::rename(&tmp, &lib).expect("move the map shim into place");
-        lib
-    })
-}
 
 /// Runs `hold <bytes>` until it printed ready.
 fn hold(mut cmd: Command, bytes: u64, what: &str) -> Running {
@@ -109,6 +60,8 @@ fn status_of(region: &Region) -> NodeStatus {
                 })
                 .collect(),
             problems: Vec::new(),
+            region_quarantines: 0,
+            watchdog_kills: 0,
         }],
         ..NodeStatus::default()
     }

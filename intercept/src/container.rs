@@ -63,30 +63,50 @@ fn init() -> Option<Container> {
     })
 }
 
-/// The region named by the environment or, without one (or with a broken one), a private
-/// region with the environment's caps.
+/// The region named by the environment or, without one, a private region with the
+/// environment's caps. A region file that cannot be used fails closed: a private region
+/// with a cap of 0 bytes everywhere, unless `TESSERA_REGION_FALLBACK=env` asks for the
+/// environment's caps.
 fn open_region(caps: &MemoryCaps) -> Option<Region> {
     let path = std::env::var_os(crate::env::REGION).filter(|p| !p.is_empty());
+    let mut caps = *caps;
     if let Some(path) = path {
         let path = Path::new(&path);
         let init = RegionInit {
             name: container_name(path),
-            memory_caps: *caps,
+            memory_caps: caps,
         };
         match Region::open_or_create(path, &init) {
             Ok(region) => {
                 open_board(path);
                 return Some(region);
             }
-            Err(e) => crate::tlog!(
-                error,
-                "{e}; this process falls back to the memory limits of its environment"
-            ),
+            Err(e) => match crate::env::var(crate::env::REGION_FALLBACK).as_deref() {
+                Some("env") => crate::tlog!(
+                    error,
+                    "{e}; this process uses the memory limits of its environment ({}=env)",
+                    crate::env::REGION_FALLBACK
+                ),
+                other => {
+                    let odd = match other {
+                        Some(v) if !v.is_empty() => {
+                            format!(" ({}={v:?} is not `env`)", crate::env::REGION_FALLBACK)
+                        }
+                        _ => String::new(),
+                    };
+                    crate::tlog!(
+                        error,
+                        "{e}; every allocation of this process fails with out-of-memory{odd}; set {}=env to use the memory limits of its environment instead",
+                        crate::env::REGION_FALLBACK
+                    );
+                    caps = [Some(0); MAX_DEVICES];
+                }
+            },
         }
     }
     let init = RegionInit {
         name: STANDALONE.to_string(),
-        memory_caps: *caps,
+        memory_caps: caps,
     };
     match Region::anonymous(&init) {
         Ok(region) => Some(region),

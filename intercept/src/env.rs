@@ -5,6 +5,12 @@ use std::ffi::CStr;
 /// The container's region file, shared by all of its processes (set by `controld`).
 pub(crate) const REGION: &str = "TESSERA_REGION";
 
+/// `env` lets a process whose region file cannot be used (unreadable, foreign, of another
+/// layout version, spoiled) run under the memory caps of its environment; unset, such a
+/// process gets a cap of 0 bytes on every device, so that a cap that was meant never turns
+/// into none.
+pub(crate) const REGION_FALLBACK: &str = "TESSERA_REGION_FALLBACK";
+
 /// The memory cap of every device, like `4GiB`, when no region says otherwise; followed by
 /// `_<index>` (`TESSERA_MEMORY_LIMIT_0`), one device's cap, which overrides it.
 pub(crate) const MEMORY_LIMIT: &str = "TESSERA_MEMORY_LIMIT";

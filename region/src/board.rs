@@ -18,6 +18,9 @@ pub const BOARD_FILE: &str = "board";
 pub struct Board {
     layout: NonNull<BoardLayout>,
     writable: bool,
+    /// Its slot among the mappings guarded against SIGBUS, where the process installed
+    /// the guard (`controld`: an online container can truncate the board it writes).
+    guard: Option<usize>,
     /// Keeps the file open for as long as it is mapped (not needed by the mapping itself,
     /// but it names the file in `/proc/<pid>/fd` for people).
     _file: File,
@@ -45,7 +48,7 @@ impl Board {
             .write(true)
             .create(true)
             .mode(0o644)
-            .custom_flags(libc::O_NOCTTY | libc::O_CLOEXEC)
+            .custom_flags(libc::O_NOCTTY | libc::O_CLOEXEC | libc::O_NOFOLLOW)
             .open(path)
             .map_err(io(path))?;
         let len = file.metadata().map_err(io(path))?.len();
@@ -71,7 +74,7 @@ impl Board {
             OpenOptions::new()
                 .read(true)
                 .write(write)
-                .custom_flags(libc::O_NOCTTY | libc::O_CLOEXEC)
+                .custom_flags(libc::O_NOCTTY | libc::O_CLOEXEC | libc::O_NOFOLLOW)
                 .open(path)
         };
         let (file, writable) = match open(true) {
@@ -116,6 +119,7 @@ impl Board {
         Ok(Board {
             layout,
             writable,
+            guard: crate::fault::guard(ptr as usize, BOARD_SIZE),
             _file: file,
         })
     }
@@ -195,6 +199,9 @@ impl Board {
 
 impl Drop for Board {
     fn drop(&mut self) {
+        if let Some(slot) = self.guard {
+            crate::fault::unguard(slot);
+        }
         // SAFETY: unmaps exactly the mapping made in `map`; nothing refers to it after drop.
         unsafe { libc::munmap(self.layout.as_ptr().cast(), BOARD_SIZE) };
     }

@@ -1,7 +1,11 @@
 //! Creating, opening, checking and mapping region files (and anonymous regions).
 //!
-//! Creation is serialised by a whole-file `flock`; slot liveness uses OFD byte locks, which
-//! are a separate kind of lock on Linux and never conflict with it.
+//! A region file appears at its path only once it is whole: its creator writes it under a
+//! temporary name in the same directory and links it into place, so an opener never sees a
+//! half-made region, and a file that is empty, short or unfinished at the path was spoiled
+//! by someone. It is refused, never made again over: that would hand whoever spoiled it a
+//! region with the opener's caps. The path's last component is never followed if it is a
+//! symbolic link. Slot liveness uses OFD byte locks on the file.
 
 use crate::error::RegionError;
 use crate::layout::{
@@ -15,19 +19,17 @@ use std::fs::{File, OpenOptions};
 use std::mem::offset_of;
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
-use std::path::Path;
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
-use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
-
-/// How long an opener waits for another process to finish creating a region before it
-/// gives up: creation takes microseconds, so only a stuck or hostile holder gets this far.
-const FLOCK_PATIENCE: Duration = Duration::from_secs(5);
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// A region mapped shared, read-write.
 pub(crate) struct Mapping {
     ptr: NonNull<RegionLayout>,
+    /// Its slot in the list of mappings guarded against SIGBUS, where the process
+    /// installed the guard (see `fault`).
+    guard: Option<usize>,
 }
 
 // SAFETY: the mapping is shared memory whose fields are atomics or written only before
@@ -44,10 +46,18 @@ impl Mapping {
         // again while mapped.
         unsafe { self.ptr.as_ref() }
     }
+
+    /// Whether the file shrank under a guarded mapping, which now reads zeros.
+    pub fn faulted(&self) -> bool {
+        self.guard.is_some_and(crate::fault::faulted)
+    }
 }
 
 impl Drop for Mapping {
     fn drop(&mut self) {
+        if let Some(slot) = self.guard {
+            crate::fault::unguard(slot);
+        }
         // SAFETY: unmaps exactly the mapping this value made; no reference outlives `self`.
         unsafe { libc::munmap(self.ptr.as_ptr().cast(), TOTAL_SIZE) };
     }
@@ -79,34 +89,87 @@ fn corrupt(path: &Path, reason: impl Into<String>) -> RegionError {
     }
 }
 
-/// Opens the region at `path`; with `init`, creates it when the file is missing, empty or
-/// was left half-created by a process that died.
+/// Opens the region at `path`; with `init`, creates it when no file is there. An existing
+/// file is used as it is or refused, never made again.
 pub(crate) fn open(path: &Path, init: Option<&RegionInit>) -> Result<Opened, RegionError> {
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(init.is_some())
-        .mode(0o600)
-        .custom_flags(libc::O_NOCTTY)
-        .open(path)
-        .map_err(io(path))?;
+    let file = loop {
+        match open_existing(path) {
+            Ok(file) => break file,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let Some(init) = init else {
+                    return Err(io(path)(e));
+                };
+                match create(path, init) {
+                    Ok(opened) => return Ok(opened),
+                    // Another creator linked its region first: open that one.
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                    Err(e) => return Err(io(path)(e)),
+                }
+            }
+            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+                return Err(RegionError::Foreign {
+                    path: path.to_path_buf(),
+                })
+            }
+            Err(e) => return Err(io(path)(e)),
+        }
+    };
     let meta = file.metadata().map_err(io(path))?;
     if !meta.file_type().is_file() {
         return Err(RegionError::Foreign {
             path: path.to_path_buf(),
         });
     }
-    let exclusive = init.is_some();
-    lock_whole(&file, exclusive).map_err(io(path))?;
-    let result = open_locked(path, &file, init);
-    // Closing would drop the flock too, but the lock file stays open for the slot locks.
-    unlock_whole(&file);
-    let mapping = result?;
-    let reopen = CString::new(path.as_os_str().as_bytes()).ok();
+    let mapping = open_checked(path, &file)?;
     Ok(Opened {
         mapping,
         lock_file: file,
-        reopen,
+        reopen: CString::new(path.as_os_str().as_bytes()).ok(),
+    })
+}
+
+fn open_existing(path: &Path) -> std::io::Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_NOCTTY | libc::O_NOFOLLOW)
+        .open(path)
+}
+
+/// Makes a whole region under a temporary name beside `path` and links it into place;
+/// `AlreadyExists` when another file got there first.
+fn create(path: &Path, init: &RegionInit) -> std::io::Result<Opened> {
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    let file_name = path
+        .file_name()
+        .ok_or_else(|| std::io::Error::other("the path names no file"))?;
+    let mut tmp_name = std::ffi::OsString::from(".");
+    tmp_name.push(file_name);
+    // Relaxed: only makes names unique within this process; the pid does across processes.
+    tmp_name.push(format!(
+        ".{}.{}.tmp",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    ));
+    let tmp: PathBuf = path.with_file_name(tmp_name);
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOCTTY | libc::O_NOFOLLOW)
+        .open(&tmp)?;
+    let made = file.set_len(TOTAL_SIZE as u64).and_then(|()| {
+        let mapping = map(&tmp, &file).map_err(|e| std::io::Error::other(e.to_string()))?;
+        initialize(&mapping, init);
+        std::fs::hard_link(&tmp, path)?;
+        Ok(mapping)
+    });
+    let _ = std::fs::remove_file(&tmp);
+    Ok(Opened {
+        mapping: made?,
+        lock_file: file,
+        reopen: CString::new(path.as_os_str().as_bytes()).ok(),
     })
 }
 
@@ -141,37 +204,6 @@ pub(crate) fn anonymous(init: &RegionInit) -> Result<Opened, RegionError> {
     })
 }
 
-fn lock_whole(file: &File, exclusive: bool) -> std::io::Result<()> {
-    let op = if exclusive {
-        libc::LOCK_EX
-    } else {
-        libc::LOCK_SH
-    };
-    let deadline = Instant::now() + FLOCK_PATIENCE;
-    loop {
-        // SAFETY: flock on a descriptor that `file` keeps open.
-        if unsafe { libc::flock(file.as_raw_fd(), op | libc::LOCK_NB) } == 0 {
-            return Ok(());
-        }
-        let err = std::io::Error::last_os_error();
-        if err.kind() != std::io::ErrorKind::WouldBlock {
-            return Err(err);
-        }
-        if Instant::now() >= deadline {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                "another process has held the region's creation lock for over 5 s",
-            ));
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    }
-}
-
-fn unlock_whole(file: &File) {
-    // SAFETY: flock on a descriptor that `file` keeps open.
-    unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_UN) };
-}
-
 /// The header fields read with `pread`, before anything is mapped: mapping a short file and
 /// touching it past its end would kill the process with SIGBUS.
 struct RawHeader {
@@ -196,29 +228,19 @@ fn read_header(path: &Path, file: &File, len: u64) -> Result<RawHeader, RegionEr
     })
 }
 
-fn open_locked(
-    path: &Path,
-    file: &File,
-    init: Option<&RegionInit>,
-) -> Result<Mapping, RegionError> {
+fn open_checked(path: &Path, file: &File) -> Result<Mapping, RegionError> {
     let len = file.metadata().map_err(io(path))?.len();
     let truncated = || RegionError::Truncated {
         path: path.to_path_buf(),
         len,
         expected: TOTAL_SIZE as u64,
     };
-    let raw = read_header(path, file, len)?;
-    // A file that a creator left before writing its header: empty, or sized and all zero.
-    let never_started = len == 0 || (len == TOTAL_SIZE as u64 && raw.magic == [0; 8]);
-    if never_started {
-        return match init {
-            Some(init) => create(path, file, init),
-            None if len == 0 => Err(truncated()),
-            None => Err(corrupt(path, "its creation never finished")),
-        };
-    }
     if len < MAGIC.len() as u64 {
         return Err(truncated());
+    }
+    let raw = read_header(path, file, len)?;
+    if len == TOTAL_SIZE as u64 && raw.magic == [0; 8] {
+        return Err(corrupt(path, "its creation never finished"));
     }
     if raw.magic != MAGIC {
         return Err(RegionError::Foreign {
@@ -254,24 +276,9 @@ fn open_locked(
     // Acquire: pairs with the Release store that ends `initialize`, so the plain header
     // fields written before it are visible below.
     if mapping.layout().header.ready.load(Ordering::Acquire) != 1 {
-        // Nobody is creating it now (we hold the flock), so its creator died mid-way; a
-        // region that never became ready was never used.
-        return match init {
-            Some(init) => {
-                initialize(&mapping, init);
-                Ok(mapping)
-            }
-            None => Err(corrupt(path, "its creation never finished")),
-        };
+        return Err(corrupt(path, "its creation never finished"));
     }
     check(path, &mapping)?;
-    Ok(mapping)
-}
-
-fn create(path: &Path, file: &File, init: &RegionInit) -> Result<Mapping, RegionError> {
-    file.set_len(TOTAL_SIZE as u64).map_err(io(path))?;
-    let mapping = map(path, file)?;
-    initialize(&mapping, init);
     Ok(mapping)
 }
 
@@ -286,7 +293,7 @@ fn map(path: &Path, file: &File) -> Result<Mapping, RegionError> {
         .open(format!("/proc/self/fd/{}", file.as_raw_fd()))
         // Without /proc, the path itself (it was just opened, so it names this file unless
         // someone renames it in between, which the checks that follow would catch).
-        .or_else(|_| OpenOptions::new().read(true).write(true).open(path))
+        .or_else(|_| open_existing(path))
         .map_err(io(path))?;
     // SAFETY: maps TOTAL_SIZE bytes of a file the caller made or checked to be exactly that
     // long, shared and read-write; the result is checked in `mapping_from`.
@@ -309,14 +316,16 @@ fn mapping_from(path: &Path, ptr: *mut libc::c_void) -> Result<Mapping, RegionEr
     }
     let ptr = NonNull::new(ptr.cast::<RegionLayout>())
         .ok_or_else(|| io(path)(std::io::Error::other("mmap returned a null address")))?;
-    Ok(Mapping { ptr })
+    // Listed before anything reads it: the file may shrink at any moment.
+    let guard = crate::fault::guard(ptr.as_ptr() as usize, TOTAL_SIZE);
+    Ok(Mapping { ptr, guard })
 }
 
 /// Writes a new region: zeroes, header, caps, then publishes it.
 fn initialize(mapping: &Mapping, init: &RegionInit) {
     let raw = mapping.ptr.as_ptr();
-    // SAFETY: the caller holds the exclusive flock (or the anonymous mapping is not yet
-    // shared), and the region is not ready, so no process reads or writes it meanwhile;
+    // SAFETY: the file is not yet linked at its path (or the anonymous mapping is not yet
+    // shared), so no other process reads or writes it, so no process reads or writes it meanwhile;
     // all-zero bytes are a valid RegionLayout (integers and atomics), and every write stays
     // inside the TOTAL_SIZE-byte mapping.
     unsafe {
@@ -374,6 +383,42 @@ fn check(path: &Path, mapping: &Mapping) -> Result<(), RegionError> {
         }
     }
     Ok(())
+}
+
+/// Checks that the file under a live mapping is still whole and still the one at its path
+/// (see `Region::verify`); `path` is `None` for an anonymous region.
+pub(crate) fn verify_file(
+    path: Option<&Path>,
+    mapping: &Mapping,
+    file: &File,
+) -> Result<(), RegionError> {
+    let shown = path.unwrap_or(Path::new("anonymous"));
+    let len = file.metadata().map_err(io(shown))?.len();
+    if mapping.faulted() {
+        return Err(corrupt(
+            shown,
+            format!("its file shrank to {len} bytes under the mapping"),
+        ));
+    }
+    let Some(path) = path else {
+        return Ok(());
+    };
+    if len != TOTAL_SIZE as u64 {
+        return Err(RegionError::Truncated {
+            path: path.to_path_buf(),
+            len,
+            expected: TOTAL_SIZE as u64,
+        });
+    }
+    let mapped = file.metadata().map_err(io(path))?;
+    match std::fs::symlink_metadata(path) {
+        Ok(at) if at.dev() == mapped.dev() && at.ino() == mapped.ino() => Ok(()),
+        Ok(at) if at.file_type().is_symlink() => {
+            Err(corrupt(path, "its path was replaced by a symbolic link"))
+        }
+        Ok(_) => Err(corrupt(path, "its path was replaced by another file")),
+        Err(e) => Err(corrupt(path, format!("its path is gone ({e})"))),
+    }
 }
 
 /// Checks the header of a live mapping again (see `Region::verify`).

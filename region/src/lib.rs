@@ -26,6 +26,7 @@
 pub mod board;
 pub mod compute;
 mod error;
+pub mod fault;
 mod file;
 pub mod layout;
 mod liveness;
@@ -98,10 +99,11 @@ const _: () = {
 };
 
 impl Region {
-    /// Opens the region at `path`, creating it with `init` when the file does not exist,
-    /// is empty, or was left half-created by a process that died. Creation is serialised
-    /// with `flock`, so concurrent callers agree on one region; an existing valid region
-    /// keeps its own name and caps.
+    /// Opens the region at `path`, creating it with `init` when no file is there. A new
+    /// region is made whole under another name and linked into place, so concurrent
+    /// callers agree on one region; an existing valid region keeps its own name and caps,
+    /// and an existing spoiled file (empty, short, unfinished) is refused, never made again.
+    /// A symbolic link at `path` is refused.
     pub fn open_or_create(path: &Path, init: &RegionInit) -> Result<Region, RegionError> {
         if !name::is_valid(&init.name) {
             return Err(RegionError::BadName(init.name.clone()));
@@ -222,11 +224,13 @@ impl Region {
         }
     }
 
-    /// Checks, on the live mapping, what opening it checked in its header: still a finished
-    /// region of this layout, for this container. Any process of the container can
-    /// overwrite its region, so `controld` calls this to notice a spoiled region and
-    /// quarantine it.
+    /// Checks, on the live mapping, what opening it checked: its file still whole (never
+    /// shrunk under the mapping, still [`layout::TOTAL_SIZE`] bytes) and still the file at
+    /// its path, and its header still a finished region of this layout, for this container.
+    /// Any process of the container can overwrite, resize or replace its region, so
+    /// `controld` calls this to notice a spoiled region and quarantine it.
     pub fn verify(&self) -> Result<(), RegionError> {
+        file::verify_file(self.path.as_deref(), &self.mapping, &self.lock_file)?;
         let path = self.path.as_deref().unwrap_or(Path::new("anonymous"));
         file::verify(path, &self.mapping, &self.name)
     }

@@ -44,8 +44,9 @@ fn program() -> String {
            (unsigned)TESSERA_DEFAULT_WINDOW,
            (unsigned long long)TESSERA_DEFAULT_WINDOW_NS, (unsigned)TESSERA_PPM_ALL,
            (unsigned)TESSERA_SPAN_SLOTS, (unsigned)TESSERA_SPAN_LEN_BITS);
-    printf("ENV %s %s %s %s %s %s\n", TESSERA_ENV_REGION, TESSERA_ENV_MEMORY_LIMIT,
-           TESSERA_ENV_COMPUTE, TESSERA_ENV_REAL_LIBCUDA, TESSERA_ENV_STATE_DIR, TESSERA_ENV_LOG);
+    printf("ENV %s %s %s %s %s %s %s\n", TESSERA_ENV_REGION, TESSERA_ENV_MEMORY_LIMIT,
+           TESSERA_ENV_COMPUTE, TESSERA_ENV_REAL_LIBCUDA, TESSERA_ENV_STATE_DIR, TESSERA_ENV_LOG,
+           TESSERA_ENV_REGION_FALLBACK);
     return 0;
 }
 "#;
@@ -145,7 +146,7 @@ fn check(output: &str) {
         (
             "ENV",
             "TESSERA_REGION TESSERA_MEMORY_LIMIT TESSERA_COMPUTE TESSERA_REAL_LIBCUDA \
-             TESSERA_STATE_DIR TESSERA_LOG"
+             TESSERA_STATE_DIR TESSERA_LOG TESSERA_REGION_FALLBACK"
                 .to_string(),
         ),
     ];

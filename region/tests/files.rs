@@ -135,16 +135,45 @@ fn a_missing_file_is_an_io_error_for_open() {
 }
 
 #[test]
-fn an_empty_file_is_created_by_open_or_create_and_refused_by_open() {
+fn an_empty_file_is_refused_by_open_and_by_open_or_create() {
+    // A region appears at its path whole, so an empty file there was emptied by someone:
+    // making it again would hand them a region with the opener's caps.
     let path = temp_path("empty");
     std::fs::write(&path, b"").unwrap();
     assert!(matches!(
         Region::open(&path),
         Err(RegionError::Truncated { len: 0, .. })
     ));
-    let r = Region::open_or_create(&path, &init("fresh", None)).unwrap();
-    assert_eq!(r.name(), "fresh");
+    assert!(matches!(
+        Region::open_or_create(&path, &init("fresh", None)),
+        Err(RegionError::Truncated { len: 0, .. })
+    ));
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), 0, "left as it was");
     let _ = std::fs::remove_file(path);
+}
+
+#[test]
+fn a_symbolic_link_is_never_followed() {
+    let target = valid("link-target");
+    let link = temp_path("link");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    assert!(matches!(
+        Region::open(&link),
+        Err(RegionError::Foreign { .. })
+    ));
+    assert!(matches!(
+        Region::open_or_create(&link, &init("other", None)),
+        Err(RegionError::Foreign { .. })
+    ));
+    // A dangling link is not created through either.
+    let dangling = temp_path("dangling");
+    let nowhere = temp_path("nowhere");
+    std::os::unix::fs::symlink(&nowhere, &dangling).unwrap();
+    assert!(Region::open_or_create(&dangling, &init("other", None)).is_err());
+    assert!(!nowhere.exists());
+    for p in [target, link, dangling] {
+        let _ = std::fs::remove_file(p);
+    }
 }
 
 #[test]
@@ -281,20 +310,20 @@ fn corrupt_fields_are_named_corrupt() {
 }
 
 #[test]
-fn a_half_created_region_is_recreated_by_open_or_create_only() {
-    // Creator died after sizing the file, before writing anything.
+fn a_half_created_region_is_refused_by_both_opens() {
+    // Sized and all zero, as a region's file was before its header: nobody makes one at the
+    // path any more, so it was zeroed by someone, and it stays refused.
     let path = temp_path("half");
     set_len_new(&path, TOTAL_SIZE as u64);
     let err = refused_by_open(&path);
     assert!(err.to_string().contains("never finished"), "{err}");
-    let r = Region::open_or_create(&path, &init("again", Some(5))).unwrap();
-    assert_eq!((r.name(), r.memory_cap(0)), ("again", Some(5)));
-    drop(r);
-    // Creator died after the header, before publishing `ready`.
+    assert!(Region::open_or_create(&path, &init("again", Some(5))).is_err());
+    let _ = std::fs::remove_file(&path);
+    // A header whose `ready` was cleared.
+    drop(Region::open_or_create(&path, &init("third", None)).unwrap());
     poke(&path, offset_of!(Header, ready), &0u32.to_ne_bytes());
     refused_by_open(&path);
-    let r = Region::open_or_create(&path, &init("third", None)).unwrap();
-    assert_eq!(r.name(), "third");
+    assert!(Region::open_or_create(&path, &init("third", None)).is_err());
     let _ = std::fs::remove_file(path);
 }
 

@@ -1,7 +1,9 @@
-//! A corrupt, truncated or foreign region file is a clear message on stderr,
-//! never a crash or a hang; the process falls back to the caps of its environment, and the
-//! file is left as it was. For every client kind: the process that meets the bad file is a
-//! program of that kind filling its cap (`capfill`).
+//! A corrupt, truncated, emptied or foreign region file is a clear message on stderr,
+//! never a crash or a hang, and the file is left as it was. The process fails closed: a cap
+//! of 0 bytes, so that its allocations fail with out-of-memory; only with
+//! `TESSERA_REGION_FALLBACK=env` does it take the caps of its environment. For every client
+//! kind: the process that meets the bad file is a program of that kind filling its cap
+//! (`capfill`).
 
 use std::path::Path;
 use std::time::Duration;
@@ -12,6 +14,46 @@ use tessera_tests::{
 
 const MIB: u64 = 1 << 20;
 const CONTEXT: u64 = 64 * MIB;
+/// The opt-in to the environment's caps.
+const FALLBACK: &str = "TESSERA_REGION_FALLBACK";
+
+/// Runs `capfill` without the opt-in: it must not crash, must say once (naming `path` and
+/// the opt-in) why, and must get no device memory at all.
+fn check_closed(kind: ClientKind, container: &Container<'_>, path: &Path, what: &str) {
+    let mut cmd = kind.command(container, "capfill", &[]);
+    cmd.stdin(std::process::Stdio::null())
+        .env("TESSERA_REGION", path)
+        .env_remove(FALLBACK);
+    let out = run_with_timeout(&mut cmd, Duration::from_secs(60));
+    assert_no_crash(&out, what);
+    let lines = tessera_lines(&out);
+    let path = path.display().to_string();
+    let about: Vec<&String> = lines.iter().filter(|l| l.contains(&path)).collect();
+    assert_eq!(about.len(), 1, "{what}: one line naming {path}: {lines:?}");
+    assert!(
+        about[0].contains("out-of-memory") && about[0].contains(FALLBACK),
+        "{what}: {}",
+        about[0]
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // Either the context itself was refused (it costs device memory too), or every
+    // allocation was.
+    let allocated = text
+        .lines()
+        .find_map(|l| l.strip_prefix("full "))
+        .map(|j| json_u64(&serde_json::from_str(j).expect("full JSON"), "/allocated"));
+    match allocated {
+        Some(bytes) => assert_eq!(
+            bytes, 0,
+            "{what}: allocated under a region it could not use"
+        ),
+        None => assert!(
+            !out.status.success() && stderr.contains("CUDA_ERROR_OUT_OF_MEMORY"),
+            "{what}: neither refused nor reported:\n{text}\n{stderr}"
+        ),
+    }
+}
 
 fn node() -> SimNode {
     SimNode::new("Small:4GiB:8", &[("SIMGPU_CONTEXT_MEMORY", "64MiB")])
@@ -25,7 +67,7 @@ fn capfill(
     what: &str,
 ) -> (u64, Vec<String>, std::process::Output) {
     let mut cmd = kind.command(container, "capfill", &[]);
-    cmd.stdin(std::process::Stdio::null());
+    cmd.stdin(std::process::Stdio::null()).env(FALLBACK, "env");
     let out = run_with_timeout(&mut cmd, Duration::from_secs(60));
     assert_no_crash(&out, what);
     assert_success(&out, what);
@@ -74,7 +116,7 @@ fn check_fallback(kind: ClientKind, node: &SimNode, name: &str, contents: &[u8])
 }
 
 #[test]
-fn bad_region_files_fall_back_to_environment_caps() {
+fn bad_region_files_fail_closed_or_fall_back_to_environment_caps_when_asked() {
     let node = node();
     let valid = valid_region_bytes(&node);
     assert!(valid.len() >= 64, "a region of {} bytes", valid.len());
@@ -88,12 +130,19 @@ fn bad_region_files_fall_back_to_environment_caps() {
         *b = 0xFF;
     }
     let tiny = valid[..7].to_vec();
+    // An empty file at the path was emptied by someone: regions appear whole.
+    let empty = Vec::new();
+    // A region of another layout version.
+    let mut other_version = valid.clone();
+    other_version[8..12].copy_from_slice(&99u32.to_ne_bytes());
     for kind in ClientKind::ALL {
         for (name, contents) in [
             ("truncated", &truncated),
             ("foreign", &foreign),
             ("corrupt", &corrupt),
             ("seven-byte", &tiny),
+            ("empty", &empty),
+            ("other-version", &other_version),
         ] {
             check_fallback(kind, &node, name, contents);
         }
@@ -101,15 +150,16 @@ fn bad_region_files_fall_back_to_environment_caps() {
 }
 
 /// A region path the library cannot create (its directory does not exist) is reported the
-/// same way, with the same fallback.
+/// same way: closed, or with the opt-in, the environment's caps.
 #[test]
-fn an_unusable_region_path_falls_back_too() {
+fn an_unusable_region_path_fails_closed_or_falls_back_when_asked() {
     let node = node();
     let container = Container::new(&node, Some("256MiB"));
     let missing_dir = container.region().with_extension("missing-dir");
     let path = missing_dir.join("region");
     let mut cmd = ClientKind::CLinked.command(&container, "capfill", &[]);
     cmd.env("TESSERA_REGION", &path)
+        .env(FALLBACK, "env")
         .stdin(std::process::Stdio::null());
     let out = run_with_timeout(&mut cmd, Duration::from_secs(60));
     assert_no_crash(&out, "capfill with an unusable region path");
@@ -127,27 +177,42 @@ fn an_unusable_region_path_falls_back_too() {
         text.contains(&format!("\"allocated\":{}", 256 * MIB - CONTEXT)),
         "fallback to TESSERA_MEMORY_LIMIT (256 MiB):\n{text}"
     );
+    check_closed(
+        ClientKind::CLinked,
+        &container,
+        &path,
+        "capfill with an unusable region path, closed",
+    );
     assert!(!Path::new(&path).exists());
 }
 
-/// An empty file is not corrupt: it is where the container's region is to be created.
+/// A region file that sparse-grows to 10 GB (or is a symbolic link) is refused like any
+/// other spoiled one, and left as it was.
 #[test]
-fn an_empty_region_file_is_initialized() {
+fn a_huge_or_linked_region_fails_closed() {
     let node = node();
     let container = Container::new(&node, Some("256MiB"));
-    std::fs::write(container.region(), b"").expect("create an empty file");
-    let (allocated, lines, _) = capfill(
+    let valid = valid_region_bytes(&node);
+    std::fs::write(container.region(), &valid).unwrap();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(container.region())
+        .unwrap()
+        .set_len(10 << 30)
+        .unwrap();
+    check_closed(
         ClientKind::CLinked,
         &container,
-        "capfill with an empty region file",
+        container.region(),
+        "a 10 GB sparse region",
     );
-    assert!(
-        lines.is_empty(),
-        "an empty region file is no error: {lines:?}"
+    assert_eq!(
+        std::fs::metadata(container.region()).unwrap().len(),
+        10 << 30
     );
-    assert_eq!(allocated + CONTEXT, 256 * MIB);
-    assert!(
-        std::fs::metadata(container.region()).expect("region").len() > 0,
-        "the library did not initialize the empty region file"
-    );
+    let link = container.region().with_extension("link");
+    std::fs::write(container.region(), &valid).unwrap();
+    std::os::unix::fs::symlink(container.region(), &link).unwrap();
+    check_closed(ClientKind::CLinked, &container, &link, "a symbolic link");
+    let _ = std::fs::remove_file(link);
 }

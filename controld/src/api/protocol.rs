@@ -8,6 +8,10 @@ use serde::{Deserialize, Serialize};
 /// The longest request line the daemon reads.
 pub const MAX_LINE: usize = 64 * 1024;
 
+/// How the daemon's error line starts when it turns a connection away because it already
+/// serves as many as it may: the client tells "busy" from "refused" by it.
+pub const BUSY: &str = "controld is busy";
+
 /// What a client asks.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "lowercase", deny_unknown_fields)]

@@ -1,24 +1,32 @@
 //! The daemon's side of the control socket: one thread per connection, each request
 //! answered in turn. Nothing a peer sends can stop the daemon: garbage gets an error line, a
-//! line too long or a peer too slow closes the connection.
+//! line too long or a peer too slow closes the connection. A request must arrive whole
+//! within [`REQUEST_DEADLINE`] of its first byte, so a peer dripping bytes holds its
+//! thread a few seconds at most; the accept loop never waits on a peer, and threads are
+//! small, so hundreds of slow peers leave room for the CLI.
 
-use super::protocol::{Answer, Request, Response, MAX_LINE};
+use super::protocol::{Answer, Request, Response, BUSY, MAX_LINE};
 use crate::daemon::Core;
 use crate::state::{Origin, StateError};
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How long a connection may stay silent between requests (one that owns a transient
 /// container may stay silent while its command runs).
 const IDLE: Duration = Duration::from_secs(30);
-/// Connections served at once; more get an error line and are closed.
-const MAX_CONNECTIONS: usize = 256;
+/// How long a request may take to arrive, from its first byte to its newline.
+const REQUEST_DEADLINE: Duration = Duration::from_secs(5);
+/// Connections served at once; more get a busy line and are closed. Each holds a thread
+/// with a [`STACK`]-byte stack, mostly never touched.
+const MAX_CONNECTIONS: usize = 1024;
+/// The stack of a connection's thread: parsing, the state's lock and the status.
+const STACK: usize = 256 << 10;
 
 /// Why the socket could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -63,10 +71,16 @@ pub fn serve(listener: UnixListener, core: Arc<Core>, stop: Arc<AtomicBool>) {
         if stop.load(Ordering::Relaxed) {
             break;
         }
-        let Ok(mut stream) = stream else { continue };
+        let Ok(mut stream) = stream else {
+            // Out of descriptors and the like: give the system a moment.
+            std::thread::sleep(Duration::from_millis(20));
+            continue;
+        };
         // Relaxed: a count that only limits; nothing is published through it.
         if open.fetch_add(1, Ordering::Relaxed) >= MAX_CONNECTIONS {
             open.fetch_sub(1, Ordering::Relaxed);
+            // A fresh socket's buffer takes one line; never wait on this peer.
+            let _ = stream.set_nonblocking(true);
             let _ = reply(&mut stream, &busy());
             continue;
         }
@@ -74,6 +88,7 @@ pub fn serve(listener: UnixListener, core: Arc<Core>, stop: Arc<AtomicBool>) {
         let open2 = open.clone();
         let spawned = std::thread::Builder::new()
             .name("control".into())
+            .stack_size(STACK)
             .spawn(move || {
                 Connection::new(core).serve(stream);
                 open2.fetch_sub(1, Ordering::Relaxed);
@@ -85,7 +100,9 @@ pub fn serve(listener: UnixListener, core: Arc<Core>, stop: Arc<AtomicBool>) {
 }
 
 fn busy() -> Response {
-    Response::Error("controld is serving too many connections; try again".into())
+    Response::Error(format!(
+        "{BUSY}: it serves {MAX_CONNECTIONS} connections already; try again in a moment"
+    ))
 }
 
 fn reply(stream: &mut UnixStream, response: &Response) -> std::io::Result<()> {
@@ -152,37 +169,35 @@ impl Connection {
                 return;
             }
         }
-        let _ = stream.set_read_timeout(Some(IDLE));
         let _ = stream.set_write_timeout(Some(IDLE));
-        let Ok(read_half) = stream.try_clone() else {
-            return;
-        };
-        let mut reader = BufReader::new(read_half.take(u64::MAX));
-        let mut line = Vec::new();
+        let mut lines = LineReader::default();
         loop {
-            line.clear();
-            // At most one byte past the limit, so that an endless line cannot fill memory.
-            reader.get_mut().set_limit(MAX_LINE as u64 + 1);
-            match reader.read_until(b'\n', &mut line) {
-                Ok(0) => break,
-                Ok(_) => {}
-                Err(_) => break,
-            }
-            if line.len() > MAX_LINE && !line.ends_with(b"\n") {
-                let _ = reply(
-                    &mut stream,
-                    &Response::Error(format!(
-                        "request longer than {MAX_LINE} bytes; send one JSON object per line"
-                    )),
-                );
-                break;
-            }
+            let idle = if self.transient.is_empty() {
+                Some(IDLE)
+            } else {
+                // It may stay silent while its command runs.
+                None
+            };
+            let line = match lines.next(&mut stream, idle) {
+                Ok(Some(line)) => line,
+                Ok(None) => break,
+                Err(LineError::TooLong) => {
+                    let _ = reply(
+                        &mut stream,
+                        &Response::Error(format!(
+                            "request longer than {MAX_LINE} bytes; send one JSON object per line"
+                        )),
+                    );
+                    break;
+                }
+                Err(LineError::Closed) => break,
+            };
             let text = String::from_utf8_lossy(&line);
             if text.trim().is_empty() {
                 continue;
             }
             let response = match serde_json::from_str::<Request>(text.trim()) {
-                Ok(request) => self.handle(request, &stream),
+                Ok(request) => self.handle(request),
                 Err(e) => Response::Error(format!(
                     "bad request ({e}); send one JSON object per line, like {{\"op\":\"list\"}}"
                 )),
@@ -202,7 +217,7 @@ impl Connection {
         }
     }
 
-    fn handle(&mut self, request: Request, stream: &UnixStream) -> Response {
+    fn handle(&mut self, request: Request) -> Response {
         let result: Result<Answer, StateError> = match request {
             Request::Add {
                 container,
@@ -219,8 +234,6 @@ impl Connection {
                     crate::log::info(&format!("added container {name} ({origin:?})"));
                     if transient {
                         self.transient.push(name);
-                        // It may stay silent while its command runs.
-                        let _ = stream.set_read_timeout(None);
                     }
                 }
                 added.map(Answer::Container)
@@ -249,6 +262,64 @@ impl Connection {
         match result {
             Ok(answer) => Response::Ok(answer),
             Err(e) => Response::Error(e.to_string()),
+        }
+    }
+}
+
+/// Why no request line came.
+enum LineError {
+    /// Longer than [`MAX_LINE`].
+    TooLong,
+    /// Too slow, or the connection failed.
+    Closed,
+}
+
+/// Splits a connection's bytes into request lines, each within [`REQUEST_DEADLINE`] of its
+/// first byte and at most [`MAX_LINE`] long.
+#[derive(Default)]
+struct LineReader {
+    buffer: Vec<u8>,
+}
+
+impl LineReader {
+    /// The next line (without its newline); `None` at the end of the stream. `idle` bounds
+    /// the wait for a line's first byte (`None`: no bound).
+    fn next(
+        &mut self,
+        stream: &mut UnixStream,
+        idle: Option<Duration>,
+    ) -> Result<Option<Vec<u8>>, LineError> {
+        let mut started = (!self.buffer.is_empty()).then(Instant::now);
+        let mut chunk = [0u8; 4096];
+        loop {
+            if let Some(end) = self.buffer.iter().position(|&b| b == b'\n') {
+                let mut line: Vec<u8> = self.buffer.drain(..=end).collect();
+                line.pop();
+                return Ok(Some(line));
+            }
+            if self.buffer.len() > MAX_LINE {
+                return Err(LineError::TooLong);
+            }
+            let wait = match started {
+                Some(at) => {
+                    let left = REQUEST_DEADLINE.saturating_sub(at.elapsed());
+                    if left.is_zero() {
+                        return Err(LineError::Closed);
+                    }
+                    Some(left)
+                }
+                None => idle,
+            };
+            stream
+                .set_read_timeout(wait)
+                .map_err(|_| LineError::Closed)?;
+            let n = stream.read(&mut chunk).map_err(|_| LineError::Closed)?;
+            if n == 0 {
+                // A last request without its newline is still a request.
+                return Ok((!self.buffer.is_empty()).then(|| std::mem::take(&mut self.buffer)));
+            }
+            started.get_or_insert_with(Instant::now);
+            self.buffer.extend_from_slice(&chunk[..n]);
         }
     }
 }

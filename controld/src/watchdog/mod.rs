@@ -6,7 +6,10 @@
 //! - A process on a GPU that maps no region belongs to no container: it is *unmanaged*.
 //! - A container whose processes hold more memory on a GPU than its cap allows, by NVML's
 //!   count, has bypassed `libtessera.so` (a static binary, a process started without the
-//!   preload that maps the region anyway): a problem for people to see.
+//!   preload that maps the region anyway): a problem for people to see. The cap is the one
+//!   the daemon declared (the status carries it), never what the region says. With
+//!   [`Enforce::Kill`], the container's processes on that GPU are stopped with `SIGKILL`
+//!   once it has stayed over its cap plus the slack for the grace period.
 //!
 //! Without NVML (no NVIDIA driver) the watchdog only links host pids; it is not an error.
 
@@ -17,10 +20,29 @@ pub use nvml::{GpuSample, Nvml, NvmlError, LIBRARY};
 
 use crate::status::{GpuStatus, NodeStatus, UnmanagedProcess};
 use procfs::{FileId, ProcessMaps};
+use serde::Deserialize;
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
 use std::path::Path;
+use std::time::{Duration, Instant};
 use tessera_region::units::format_size;
+
+/// What the watchdog does about a container over its cap (`[daemon] enforce`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Enforce {
+    /// Report it: a status line, a metric and a log line.
+    #[default]
+    Report,
+    /// Report it and, once it has lasted the grace period, stop the container's processes
+    /// that hold memory on that GPU.
+    Kill,
+}
+
+/// How long a container may stay over its cap plus the slack before `kill` acts: longer
+/// than a driver's momentary rounding, short enough that a neighbour's allocations soon
+/// find their memory again.
+pub const DEFAULT_GRACE: Duration = Duration::from_secs(2);
 
 /// How far NVML's count of a container's memory may exceed its cap before the watchdog
 /// reports it: the driver rounds allocations up to its page sizes and keeps per-process
@@ -36,6 +58,12 @@ pub struct Watchdog {
     /// Processes never attributed: `controld` itself maps every region.
     ignore: Vec<u32>,
     slack: u64,
+    enforce: Enforce,
+    grace: Duration,
+    /// Since when each (container, GPU) has been over its cap plus the slack.
+    over_since: HashMap<(String, u32), Instant>,
+    /// Processes stopped per container, and the last line that says why.
+    kills: HashMap<String, (u64, String)>,
     /// The last NVML failure logged.
     last_error: Option<String>,
 }
@@ -83,14 +111,35 @@ impl Watchdog {
             maps: ProcessMaps::new(Path::new("/proc")),
             ignore: vec![std::process::id()],
             slack: DEFAULT_SLACK,
+            enforce: Enforce::Report,
+            grace: DEFAULT_GRACE,
+            over_since: HashMap::new(),
+            kills: HashMap::new(),
             last_error: None,
         }
+    }
+
+    /// Sets what is done about a container over its cap, and after how long.
+    pub fn with_enforce(mut self, enforce: Enforce, grace: Duration) -> Watchdog {
+        self.enforce = enforce;
+        self.grace = grace;
+        self
     }
 
     /// Sets how far real memory may exceed a cap unreported ([`DEFAULT_SLACK`]).
     pub fn with_slack(mut self, bytes: u64) -> Watchdog {
         self.slack = bytes;
         self
+    }
+
+    /// The memory of each GPU of the node, by index; `None` without NVML or when it fails.
+    pub fn device_memory(&self) -> Option<Vec<u64>> {
+        let gpus = self.nvml.as_ref()?.sample().ok()?;
+        let mut memory = vec![0; gpus.len()];
+        for g in gpus {
+            *memory.get_mut(g.index as usize)? = g.memory_total;
+        }
+        Some(memory)
     }
 
     /// Whether NVML is loaded.
@@ -155,7 +204,69 @@ impl Watchdog {
             self.link_host_pids(status, &mapping);
         }
         if let Some(gpus) = gpus {
-            judge(status, &gpus, &mapping, self.slack);
+            let over = judge(status, &gpus, &mapping, self.slack);
+            self.enforce(status, over);
+        }
+        for container in &mut status.containers {
+            if let Some((count, why)) = self.kills.get(&container.name) {
+                container.watchdog_kills = *count;
+                container.problems.push(why.clone());
+            }
+        }
+    }
+
+    /// Acts on the containers found over their caps: tracks how long each has been, and
+    /// with [`Enforce::Kill`] stops the processes of those over for the grace period.
+    fn enforce(&mut self, status: &mut NodeStatus, over: Vec<OverCap>) {
+        let now = Instant::now();
+        let seen: HashSet<(String, u32)> = over
+            .iter()
+            .map(|o| (status.containers[o.container].name.clone(), o.gpu))
+            .collect();
+        self.over_since.retain(|key, _| seen.contains(key));
+        for o in over {
+            let container = &mut status.containers[o.container];
+            let key = (container.name.clone(), o.gpu);
+            let since = *self.over_since.entry(key.clone()).or_insert(now);
+            if self.enforce == Enforce::Report {
+                continue;
+            }
+            if now.duration_since(since) < self.grace {
+                container.problems.push(format!(
+                    "enforce = kill: its processes on GPU {} are stopped if it stays over its cap for {:?}",
+                    o.gpu, self.grace
+                ));
+                continue;
+            }
+            let mut stopped = Vec::new();
+            for &pid in &o.pids {
+                // SAFETY: kill has no memory effects. The pid was listed by NVML on this GPU
+                // and found mapping this container's region moments ago; a pid reused in
+                // between would have to be another process of the same container.
+                if unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) } == 0 {
+                    stopped.push(pid.to_string());
+                }
+            }
+            self.over_since.remove(&key);
+            if stopped.is_empty() {
+                continue;
+            }
+            let why = format!(
+                "controld stopped pid(s) {} (enforce = kill): they held {}MiB on GPU {}, over its cap of {} plus {} slack, for longer than {:?}",
+                stopped.join(", "),
+                (o.real + (1 << 19)) >> 20,
+                o.gpu,
+                format_size(o.cap),
+                format_size(self.slack),
+                self.grace
+            );
+            crate::log::error(&format!("container {}: {why}", container.name));
+            let entry = self
+                .kills
+                .entry(container.name.clone())
+                .or_insert((0, String::new()));
+            entry.0 += stopped.len() as u64;
+            entry.1 = why;
         }
     }
 
@@ -177,9 +288,30 @@ impl Watchdog {
     }
 }
 
+/// A container over its cap plus the slack on one GPU, by NVML.
+#[derive(Debug)]
+struct OverCap {
+    /// Its index in the status.
+    container: usize,
+    gpu: u32,
+    /// What its processes hold there, by NVML.
+    real: u64,
+    /// Its declared cap.
+    cap: u64,
+    /// Its host processes that hold memory there.
+    pids: Vec<u32>,
+}
+
 /// Sets the GPU figures, the unmanaged processes and, per container, real memory use and
 /// problems, from NVML's `gpus` and the host pids that map each container's region.
-fn judge(status: &mut NodeStatus, gpus: &[GpuSample], mapping: &[Vec<u32>], slack: u64) {
+/// Returns the containers over their cap plus `slack`.
+fn judge(
+    status: &mut NodeStatus,
+    gpus: &[GpuSample],
+    mapping: &[Vec<u32>],
+    slack: u64,
+) -> Vec<OverCap> {
+    let mut over = Vec::new();
     status.gpus = gpus
         .iter()
         .map(|g| GpuStatus {
@@ -203,7 +335,7 @@ fn judge(status: &mut NodeStatus, gpus: &[GpuSample], mapping: &[Vec<u32>], slac
         })
         .collect();
     let by_index: HashMap<u32, &GpuSample> = gpus.iter().map(|g| (g.index, g)).collect();
-    for (container, host_pids) in status.containers.iter_mut().zip(mapping) {
+    for (index, (container, host_pids)) in status.containers.iter_mut().zip(mapping).enumerate() {
         for device in &mut container.devices {
             let Some(gpu) = by_index.get(&device.gpu) else {
                 device.real_memory_used = None;
@@ -226,10 +358,23 @@ fn judge(status: &mut NodeStatus, gpus: &[GpuSample], mapping: &[Vec<u32>], slac
                         device.gpu,
                         format_size(cap)
                     ));
+                    over.push(OverCap {
+                        container: index,
+                        gpu: device.gpu,
+                        real,
+                        cap,
+                        pids: gpu
+                            .processes
+                            .iter()
+                            .map(|&(pid, _)| pid)
+                            .filter(|pid| host_pids.binary_search(pid).is_ok())
+                            .collect(),
+                    });
                 }
             }
         }
     }
+    over
 }
 
 #[cfg(test)]
@@ -256,6 +401,8 @@ mod tests {
             }],
             processes: Vec::new(),
             problems: Vec::new(),
+            region_quarantines: 0,
+            watchdog_kills: 0,
         }
     }
 
@@ -284,7 +431,9 @@ mod tests {
             (30, Some(256 << 20)),
             (31, None),
         ])];
-        judge(&mut status, &gpus, &[vec![10, 11], vec![20]], DEFAULT_SLACK);
+        let over = judge(&mut status, &gpus, &[vec![10, 11], vec![20]], DEFAULT_SLACK);
+        assert_eq!(over.len(), 1, "{over:?}");
+        assert_eq!((over[0].container, &over[0].pids), (0, &vec![10, 11]));
         assert_eq!(status.gpus.len(), 1);
         assert_eq!(status.gpus[0].utilization_percent, Some(12.0));
         let unmanaged: Vec<(u32, u64)> =

@@ -7,6 +7,7 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 use tessera_tests::{artifacts, run_with_timeout, Running, SimNode};
 
@@ -194,3 +195,78 @@ pub fn wait_until(timeout: Duration, what: &str, mut check: impl FnMut() -> bool
 
 pub const MIB: u64 = 1 << 20;
 pub const GIB: u64 = 1 << 30;
+
+/// A local TCP address no one listens on now (for a daemon's metrics endpoint).
+pub fn free_local_addr() -> std::net::SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap()
+}
+
+/// `GET /metrics` at `addr`: the whole reply, within `timeout`.
+pub fn scrape(addr: std::net::SocketAddr, timeout: Duration) -> std::io::Result<String> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect_timeout(&addr, timeout)?;
+    stream.set_read_timeout(Some(timeout))?;
+    stream.set_write_timeout(Some(timeout))?;
+    write!(stream, "GET /metrics HTTP/1.1\r\nHost: {addr}\r\n\r\n")?;
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply)?;
+    Ok(reply)
+}
+
+/// The value of the sample line that starts with `prefix` (name and labels) in a scrape.
+pub fn sample(scrape: &str, prefix: &str) -> Option<f64> {
+    scrape
+        .lines()
+        .find_map(|l| l.strip_prefix(prefix))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// A preload library that maps the file named by `WATCHDOG_TEST_MAP` and nothing else: a
+/// process that looks like a container's to the watchdog but allocates around the library.
+const MAP_SHIM: &str = r#"
+#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
+__attribute__((constructor)) static void map_region(void) {
+    const char *path = getenv("WATCHDOG_TEST_MAP");
+    if (!path)
+        return;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        _exit(3);
+    if (mmap(NULL, 4096, PROT_READ, MAP_SHARED, fd, 0) == MAP_FAILED)
+        _exit(4);
+    close(fd);
+}
+"#;
+
+pub fn map_shim() -> &'static Path {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let dir = artifacts().profile_dir.join("tessera-clients");
+        std::fs::create_dir_all(&dir).unwrap();
+        let source = dir.join(format!("watchdog_map_shim.{}.c", std::process::id()));
+        std::fs::write(&source, MAP_SHIM).unwrap();
+        // Built under a name of its own and renamed into place, so that another test binary
+        // never loads a half-written library.
+        let tmp = dir.join(format!("libwatchdog_map_shim.{}.tmp", std::process::id()));
+        let out = run_with_timeout(
+            Command::new("gcc")
+                .args(["-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-o"])
+                .arg(&tmp)
+                .arg(&source),
+            Duration::from_secs(120),
+        );
+        assert!(
+            out.status.success(),
+            "gcc failed for the map shim:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let _ = std::fs::remove_file(&source);
+        let lib = dir.join("libwatchdog_map_shim.so");
+        std::fs::rename(&tmp, &lib).expect("move the map shim into place");
+        lib
+    })
+}

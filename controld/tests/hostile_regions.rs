@@ -1,0 +1,156 @@
+//! A container's region file attacked from inside the container while the daemon runs:
+//! truncated to nothing, grown to 10 GB, replaced by a symbolic link, its header
+//! overwritten. The daemon never dies (no SIGBUS), keeps serving the other container, and
+//! reports the attacked one (status, metric, log), sets its file aside and gives it a fresh
+//! region from its declaration. A process that still opens the spoiled file (as a
+//! container whose bind mount pins it does) fails closed: it gets no memory.
+
+mod support;
+
+use std::path::Path;
+use std::time::Duration;
+use support::*;
+use tessera_tests::{json_u64, tessera_client, ClientKind, Running};
+
+fn config(metrics: std::net::SocketAddr) -> String {
+    format!(
+        r#"
+[daemon]
+metrics = "{metrics}"
+
+[[container]]
+name = "victim"
+gpus = [0]
+memory = "1GiB"
+
+[[container]]
+name = "neighbour"
+gpus = [0]
+memory = "2GiB"
+"#
+    )
+}
+
+/// What a capfill in the region at `region` got: `Some(bytes)` of the cap it filled, or
+/// `None` when it got no memory at all (the context itself refused, or nothing allocated).
+fn capfill(node: &Node, region: &Path) -> Option<u64> {
+    let client = tessera_client(ClientKind::CDlopen);
+    let mut cmd = node.in_container("victim", &client);
+    cmd.env("TESSERA_REGION", region)
+        .arg("capfill")
+        .stdin(std::process::Stdio::null());
+    let out = tessera_tests::run_with_timeout(&mut cmd, Duration::from_secs(60));
+    tessera_tests::assert_no_crash(&out, "capfill");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let full = text
+        .lines()
+        .find_map(|l| l.strip_prefix("full "))
+        .map(|j| serde_json::from_str::<serde_json::Value>(j).unwrap());
+    match full {
+        Some(full) if json_u64(&full, "/allocated") > 0 => Some(json_u64(&full, "/total_full")),
+        _ => {
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                stderr.contains("out-of-memory"),
+                "not failed closed: {stderr}"
+            );
+            None
+        }
+    }
+}
+
+#[test]
+fn an_attacked_region_is_set_aside_and_the_daemon_serves_on() {
+    let mut node = Node::new("hostile");
+    let metrics = free_local_addr();
+    let config = node.write_config(&config(metrics));
+    node.start(Some(&config));
+    let client = tessera_client(ClientKind::CDlopen);
+    let mut neighbour = Running::spawn(
+        node.in_container("neighbour", &client)
+            .args(["hold", &(256 * MIB).to_string()]),
+        "hold in neighbour",
+    );
+    neighbour.wait_for_line("ready", Duration::from_secs(60));
+
+    type Attack = fn(&Path, &Path);
+    let attacks: [(&str, bool, Attack); 4] = [
+        ("truncated", true, |region, _| {
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .open(region)
+                .unwrap();
+            f.set_len(0).unwrap();
+        }),
+        ("grown", true, |region, _| {
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .open(region)
+                .unwrap();
+            f.set_len(10 << 30).unwrap();
+        }),
+        ("replaced by a symbolic link", false, |region, dir| {
+            let elsewhere = dir.join("elsewhere");
+            std::fs::write(&elsewhere, b"not a region").unwrap();
+            std::fs::remove_file(region).unwrap();
+            std::os::unix::fs::symlink(&elsewhere, region).unwrap();
+        }),
+        ("overwritten", true, |region, _| {
+            use std::os::unix::fs::FileExt;
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .open(region)
+                .unwrap();
+            f.write_all_at(&[0xA5; 64], 0).unwrap();
+        }),
+    ];
+    for (round, (what, spoils_file, attack)) in attacks.into_iter().enumerate() {
+        // What a container's bind mount would keep: the file itself, whatever its path.
+        let pinned = node.dir.path().join(format!("pinned-{round}.region"));
+        std::fs::hard_link(node.region("victim"), &pinned).unwrap();
+        attack(&node.region("victim"), node.dir.path());
+        let want = round as u64 + 1;
+        wait_until(Duration::from_secs(30), what, || {
+            assert!(node.daemon_alive(), "{what}: controld died");
+            node.container("victim")
+                .is_some_and(|c| json_u64(&c, "/region_quarantines") == want)
+        });
+        assert!(node.daemon_alive(), "{what}: controld died");
+        let status = node.status();
+        let victim = container(&status, "victim").unwrap();
+        assert!(
+            victim["problems"].to_string().contains("quarantined"),
+            "{what}: {victim}"
+        );
+        let other = container(&status, "neighbour").unwrap();
+        assert!(other["problems"].as_array().unwrap().is_empty(), "{other}");
+        assert_eq!(json_u64(&other, "/devices/0/memory_cap"), 2 * GIB);
+        assert!(json_u64(&other, "/devices/0/memory_used") >= 256 * MIB);
+        assert!(
+            neighbour.try_status().is_none(),
+            "the neighbour's process died"
+        );
+        // The path holds a fresh region with the declared cap.
+        assert_eq!(capfill(&node, &node.region("victim")), Some(GIB), "{what}");
+        if spoils_file {
+            assert_eq!(capfill(&node, &pinned), None, "{what}: pinned file");
+        }
+        let _ = std::fs::remove_file(pinned);
+    }
+    let text = scrape(metrics, Duration::from_secs(10)).unwrap();
+    assert_eq!(
+        sample(
+            &text,
+            "tessera_container_region_quarantines_total{container=\"victim\"}"
+        ),
+        Some(4.0),
+        "{text}"
+    );
+    assert_eq!(
+        sample(
+            &text,
+            "tessera_container_region_quarantines_total{container=\"neighbour\"}"
+        ),
+        Some(0.0)
+    );
+}
