@@ -68,11 +68,29 @@ impl<'p> Engine<'p> {
     /// time: a hand-off starts the next process at the instant the previous one stopped.
     /// Busy time is charged to this process.
     pub fn run(&self, ready_ns: u64, ns: u64) -> Span {
+        self.run_from(Some(ready_ns), ns)
+    }
+
+    /// Runs `ns` more of kernel time for work already running on the engine (the next chunk
+    /// of a batch of concurrent kernels): from where the last chunk ended, with no lag
+    /// check in between, so that a late wake-up of this thread between two chunks does not
+    /// put idle time inside the kernels' spans. Like [`Engine::run`] when the engine was
+    /// given up meanwhile.
+    pub fn run_on(&self, ns: u64) -> Span {
+        self.run_from(None, ns)
+    }
+
+    fn run_from(&self, ready_ns: Option<u64>, ns: u64) -> Span {
         let mut seat = self.seat.lock().unwrap_or_else(|e| e.into_inner());
         let quantum = self.process.node().config().quantum_ns;
         // The engine cannot run work in a past it already spent idle: at most one quantum of
         // lag is allowed, enough to cover the host's wake-up latency.
-        let mut ready = ready_ns.max(now_ns().saturating_sub(quantum));
+        let lag_floor = now_ns().saturating_sub(quantum);
+        let mut ready = match ready_ns {
+            Some(r) => r.max(lag_floor),
+            None if seat.held => seat.cursor,
+            None => lag_floor,
+        };
         let mut remaining = ns;
         let mut first = None;
         loop {

@@ -287,6 +287,7 @@ impl Executor {
     ) -> MutexGuard<'s, State> {
         let ctx_id = first.ctx.id;
         let mut batch = vec![first];
+        let mut started = false;
         loop {
             let ready = batch.iter().map(|r| r.ready).min().unwrap_or(0);
             // Chunks of at most a join interval, so that work queued on other streams
@@ -297,7 +298,13 @@ impl Executor {
             } else {
                 shortest
             };
-            let span = engine.run(ready, dt);
+            // The first chunk starts when the first kernel is ready; the others go on from
+            // where the last ended.
+            let span = if std::mem::replace(&mut started, true) {
+                engine.run_on(dt)
+            } else {
+                engine.run(ready, dt)
+            };
             *holding = true;
             for r in &mut batch {
                 r.remaining -= dt.min(r.remaining);
