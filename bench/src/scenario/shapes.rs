@@ -5,7 +5,7 @@
 //! the node's ground truth, beside the same program without Tessera, and `controld`'s own
 //! measure of each container is checked against that ground truth.
 
-use super::shares::{shares_chart, shown, within, SECOND, TENTH};
+use super::shares::{baseline_run, shares_chart, shown, within, SECOND, TENTH};
 use super::{pct, train_together, Bins, Options, Outcome, Spec, TrainRun, Workload};
 
 /// The shapes under `fixed:30`: mode, its count, kernel length in ms, and a label.
@@ -83,21 +83,7 @@ fn fixed_shape(
     out.set(&format!("{key}_share"), run.share(0));
     out.set(&format!("{key}_min_window"), lo);
     out.set(&format!("{key}_max_window"), hi);
-    let base = if o.baseline {
-        o.say(&format!("fixed:30, {what}, without Tessera"));
-        let p = phase.min(3 * SECOND);
-        Some(train_together(
-            bins,
-            &specs,
-            false,
-            &workload,
-            SECOND / 2,
-            p,
-            TENTH,
-        )?)
-    } else {
-        None
-    };
+    let base = baseline_run(bins, &specs, &workload, phase.min(3 * SECOND), o)?;
     if label.is_empty() && mode == "queue" && kernel_ms == 1.0 {
         out.charts.push(shares_chart(
             "shapes-queue-shares",
@@ -173,21 +159,7 @@ fn deep_set(
         "{name}, every container queueing 1000 kernels a round, with Tessera"
     ));
     let run = train_together(bins, &specs, true, &workload, SECOND, phase, TENTH)?;
-    let base = if o.baseline {
-        o.say("the same without Tessera");
-        let p = phase.min(3 * SECOND);
-        Some(train_together(
-            bins,
-            &specs,
-            false,
-            &workload,
-            SECOND / 2,
-            p,
-            TENTH,
-        )?)
-    } else {
-        None
-    };
+    let base = baseline_run(bins, &specs, &workload, phase.min(3 * SECOND), o)?;
     if label.is_empty() {
         out.charts.push(shares_chart(
             &format!("mixed-deep-{name}-shares"),

@@ -13,7 +13,7 @@ pub(super) const TENTH: Duration = Duration::from_millis(100);
 
 /// The baseline: the same containers' workloads with no Tessera, on the node's plain
 /// time-slicing.
-fn baseline_run(
+pub(super) fn baseline_run(
     bins: &Bins,
     specs: &[Spec],
     workload: &Workload,

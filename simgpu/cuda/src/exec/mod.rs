@@ -232,20 +232,7 @@ impl Executor {
             } else {
                 held_for_record || (is_record && stamp == Stamp::WhenScheduled)
             };
-            let outcome = catch_unwind(AssertUnwindSafe(|| {
-                execute(op.work, ready, stamp, &ctx, &engine, &mut holding)
-            }));
-            let end = match outcome {
-                Ok(Ok(end)) => end,
-                Ok(Err(e)) => {
-                    ctx.fail(e);
-                    ready
-                }
-                Err(_) => {
-                    ctx.fail(LAUNCH_FAILED);
-                    ready
-                }
-            };
+            let end = run_op(op.work, ready, stamp, &ctx, &engine, &mut holding);
 
             state = self.lock();
             state.finish(id, end, is_kernel);
@@ -350,19 +337,7 @@ impl Executor {
                 }
                 let is_record = matches!(op.work, Work::Record(..));
                 drop(state);
-                let end = match catch_unwind(AssertUnwindSafe(|| {
-                    execute(op.work, ready, stamp, &ctx, engine, holding)
-                })) {
-                    Ok(Ok(end)) => end,
-                    Ok(Err(e)) => {
-                        ctx.fail(e);
-                        ready
-                    }
-                    Err(_) => {
-                        ctx.fail(LAUNCH_FAILED);
-                        ready
-                    }
-                };
+                let end = run_op(op.work, ready, stamp, &ctx, engine, holding);
                 if is_record {
                     wake_others(self.device);
                 }
@@ -398,6 +373,31 @@ enum Stamp {
     KernelEnd,
     /// On an idle stream or behind other work: when the process next has the engine.
     WhenScheduled,
+}
+
+/// Runs one operation with [`execute`]; a failure (or a panic of simgpu's own) fails the
+/// context, and the operation then ends when it was ready.
+fn run_op(
+    work: Work,
+    ready: u64,
+    stamp: Stamp,
+    ctx: &Context,
+    engine: &simgpu::engine::Engine<'_>,
+    holding: &mut bool,
+) -> u64 {
+    match catch_unwind(AssertUnwindSafe(|| {
+        execute(work, ready, stamp, ctx, engine, holding)
+    })) {
+        Ok(Ok(end)) => end,
+        Ok(Err(e)) => {
+            ctx.fail(e);
+            ready
+        }
+        Err(_) => {
+            ctx.fail(LAUNCH_FAILED);
+            ready
+        }
+    }
 }
 
 /// Runs one operation; returns when it ended in simulated time.
