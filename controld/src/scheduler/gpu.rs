@@ -25,6 +25,10 @@ const BUCKET_TICKS: u64 = 2;
 /// runs): the refill stops at this much time at the rate instead, which still bounds what
 /// a container whose `inflight` is stuck (a crashed process) can hoard.
 const IN_FLIGHT_CREDIT_NS: u64 = 250_000_000;
+/// What a blocked `fixed:Q` container may save at its rate while online work runs, to catch
+/// up once it stops: enough for the bursts of an online service, little enough that the
+/// catch-up stays within a fraction of a second.
+const BLOCKED_CREDIT_NS: u64 = 100_000_000;
 /// A container that claims work but shows no progress for this long is checked for live
 /// processes.
 const STALE_NS: u64 = 1_000_000_000;
@@ -521,8 +525,11 @@ fn refill(a: &ComputeAccount, d: &Decision, step_ns: u64, refund_ns: u64, now: u
     let whole = u64::from(rates::WHOLE_PPM);
     let add = step_ns * ppm / whole;
     // Relaxed: a momentary count (untrusted; any non-zero value counts); either answer
-    // only picks the cap.
-    let span = if a.inflight.load(Ordering::Relaxed) == 0 {
+    // only picks the cap. A blocked container keeps what it earns while it waits, up to
+    // the catch-up cap, to spend once online work stops.
+    let span = if d.blocked {
+        BLOCKED_CREDIT_NS
+    } else if a.inflight.load(Ordering::Relaxed) == 0 {
         BUCKET_TICKS * TICK.as_nanos() as u64
     } else {
         IN_FLIGHT_CREDIT_NS

@@ -24,8 +24,10 @@ pub struct Decision {
     /// Its share of the GPU now, in ppm: 0 when it has no work or is blocked.
     pub share_ppm: u32,
     /// The share it gets the moment it has work (its refill rate while idle, so that its
-    /// first launch after idle finds tokens): equal to `share_ppm` when it has work, 0 when
-    /// blocked.
+    /// first launch after idle finds tokens): equal to `share_ppm` when it has work. When
+    /// blocked, its guarantee if it is `fixed:Q` (it earns its share while online work
+    /// runs and catches up once it stops, so that over time it gets Q of the GPU's time),
+    /// else 0.
     pub rate_ppm: u32,
     /// Offline, while online work runs on the GPU.
     pub blocked: bool,
@@ -61,7 +63,10 @@ pub fn decide(claims: &[Claim]) -> Vec<Decision> {
             if blocked(c) {
                 return Decision {
                     share_ppm: 0,
-                    rate_ppm: 0,
+                    rate_ppm: match c.policy {
+                        ComputePolicy::Fixed(q) => u32::from(q.min(100)) * (WHOLE_PPM / 100),
+                        _ => 0,
+                    },
                     blocked: true,
                 };
             }
@@ -196,6 +201,19 @@ mod tests {
         let d = decide(&[online, offline]);
         assert_eq!(d[0].share_ppm, 200_000);
         assert!(d[1].blocked);
+        assert_eq!(d[1].rate_ppm, 0, "a blocked burst container earns nothing");
+    }
+
+    #[test]
+    fn a_blocked_fixed_container_earns_its_share_to_catch_up() {
+        let online = busy(Burst(50));
+        let job = Claim {
+            priority: Offline,
+            ..busy(Fixed(20))
+        };
+        let d = decide(&[online, job]);
+        assert!(d[1].blocked);
+        assert_eq!((d[1].share_ppm, d[1].rate_ppm), (0, 200_000));
     }
 
     #[test]
