@@ -25,6 +25,12 @@ const BUCKET_TICKS: u64 = 2;
 /// runs): the refill stops at this much time at the rate instead, which still bounds what
 /// a container whose `inflight` is stuck (a crashed process) can hoard.
 const IN_FLIGHT_CREDIT_NS: u64 = 250_000_000;
+/// How far in the future a span may start (a writer's clock read a moment after the
+/// daemon's): later ones are corrupt and dropped.
+const FUTURE_SLACK_NS: u64 = 1_000_000_000;
+/// The most spans a container may have waiting to be settled: 100 ms of a container that
+/// writes a span per 20 µs kernel is 5000; more is a corrupt region, and the oldest go.
+const MAX_PENDING_SPANS: usize = 8192;
 /// What a blocked `fixed:Q` container may save at its rate while online work runs, to catch
 /// up once it stops: enough for the bursts of an online service, little enough that the
 /// catch-up stays within a fraction of a second.
@@ -465,7 +471,16 @@ impl GpuScheduler {
                 ripe.push(Vec::new());
                 continue;
             }
-            e.pending.extend(new);
+            // Untrusted: a span that starts in the future is dropped, and what waits is
+            // bounded, so that no region can make the daemon hold more and more.
+            e.pending.extend(
+                new.into_iter()
+                    .filter(|s| s.start_ns <= now + FUTURE_SLACK_NS),
+            );
+            if e.pending.len() > MAX_PENDING_SPANS {
+                let excess = e.pending.len() - MAX_PENDING_SPANS;
+                e.pending.drain(..excess);
+            }
             let mut taken = Vec::new();
             e.pending.retain_mut(|s| {
                 if s.start_ns >= horizon {

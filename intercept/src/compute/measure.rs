@@ -267,9 +267,10 @@ pub(crate) fn estimate(work: usize) -> Option<u64> {
 
 /// Learns from a launch of `work` that measured `ns`. A measurement is the work's own time
 /// plus any other context's time slice that cut into it, so the estimate follows shorter
-/// measurements at once and longer ones slowly (a sixteenth of the difference each): it
-/// stays near the work's own time while neighbours cut into it, and a window sized by it
-/// keeps the GPU busy; work that really grew is learnt within a few dozen launches.
+/// measurements at once and longer ones by a quarter of the difference: it stays near the
+/// work's own time while neighbours cut into it, so a window sized by it keeps the GPU
+/// busy, and work that really grew is learnt within a few launches (meanwhile the window's
+/// count of launches bounds what a low estimate lets in).
 fn learn(estimates: &mut HashMap<usize, u64>, work: usize, ns: u64) {
     if estimates.len() >= ESTIMATES_MAX && !estimates.contains_key(&work) {
         // Handles of work long unloaded accumulate in a program that compiles kernels as it
@@ -277,7 +278,7 @@ fn learn(estimates: &mut HashMap<usize, u64>, work: usize, ns: u64) {
         estimates.clear();
     }
     let e = estimates.entry(work).or_insert(ns);
-    *e = if ns <= *e { ns } else { *e + (ns - *e) / 16 };
+    *e = if ns <= *e { ns } else { *e + (ns - *e) / 4 };
 }
 
 /// An event of context `ctx` (current on this thread), from the pool or new.
