@@ -245,6 +245,19 @@ impl Nvml {
         (0..count).map(|index| self.device(index)).collect()
     }
 
+    /// Whether GPU `index` answers: its handle and memory query succeed. A lost GPU (fallen
+    /// off the bus, needing a reset) fails here with NVML's reason.
+    pub fn check_device(&self, index: u32) -> Result<(), NvmlError> {
+        let mut device: Device = std::ptr::null_mut();
+        // SAFETY: a valid out-pointer; an index past the count is refused by NVML.
+        let rc = unsafe { (self.handle)(index, &mut device) };
+        self.check("nvmlDeviceGetHandleByIndex_v2", rc)?;
+        let mut memory = Memory::default();
+        // SAFETY: a handle NVML gave and a valid out-pointer.
+        let rc = unsafe { (self.memory)(device, &mut memory) };
+        self.check("nvmlDeviceGetMemoryInfo", rc)
+    }
+
     fn device(&self, index: u32) -> Result<GpuSample, NvmlError> {
         let mut device: Device = std::ptr::null_mut();
         // SAFETY: a valid out-pointer; `index` below the count NVML gave.

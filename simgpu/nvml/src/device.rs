@@ -58,6 +58,7 @@ fn parse_bus_id(text: &str) -> Option<(u32, u32, u32, u32)> {
 fn device(handle: NvmlDevice) -> Result<(Arc<Session>, usize), NvmlReturn> {
     let session = session::session()?;
     let index = session.device(handle)?;
+    crate::faults::check(index)?;
     Ok((session, index))
 }
 
