@@ -87,7 +87,8 @@ pub struct FakeKubelet {
     pod_resources_server: Mutex<Option<JoinHandle<()>>>,
     allocated: Mutex<HashSet<String>>,
     admission: tokio::sync::Mutex<()>,
-    devices: Mutex<HashMap<Resource, watch::Receiver<Vec<Device>>>>,
+    /// Each resource's device list, with the registration count it was read under.
+    devices: Mutex<HashMap<Resource, (usize, watch::Receiver<Vec<Device>>)>>,
 }
 
 fn serve_registration(dir: &Path, registrations: Registrations) -> JoinHandle<()> {
@@ -193,8 +194,12 @@ impl FakeKubelet {
 
     /// The plugin's device list for `resource`, followed through ListAndWatch.
     pub async fn devices(&self, resource: Resource) -> watch::Receiver<Vec<Device>> {
-        if let Some(rx) = self.devices.lock().unwrap().get(&resource) {
-            return rx.clone();
+        // A new registration (a restarted plugin) is followed anew, as the kubelet does.
+        let registered = self.registrations().len();
+        if let Some((seen, rx)) = self.devices.lock().unwrap().get(&resource) {
+            if *seen == registered {
+                return rx.clone();
+            }
         }
         let mut client = self.plugin(resource).await;
         let mut stream = client.list_and_watch(Empty {}).await.unwrap().into_inner();
@@ -207,7 +212,7 @@ impl FakeKubelet {
                 }
             }
         });
-        self.devices.lock().unwrap().insert(resource, rx.clone());
+        self.devices.lock().unwrap().insert(resource, (registered, rx.clone()));
         rx
     }
 
