@@ -29,7 +29,11 @@ pub fn spec(containers: &[ContainerInfo], library: &Path) -> Value {
                 mount(&region, &region, false),
                 mount(&library.display().to_string(), CONTAINER_LIBRARY, true),
             ];
-            if let Some(board) = c.region.parent().map(|d| d.join(tessera_region::BOARD_FILE)) {
+            if let Some(board) = c
+                .region
+                .parent()
+                .map(|d| d.join(tessera_region::BOARD_FILE))
+            {
                 if board.exists() {
                     let board = board.display().to_string();
                     mounts.push(mount(&board, &board, c.spec.priority == Priority::Offline));

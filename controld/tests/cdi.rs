@@ -10,23 +10,42 @@ use support::Node;
 fn cdi_names_a_device_per_container() {
     let mut node = Node::new("cdi");
     node.start(None);
-    node.ctl_ok(&["container", "add", "web", "--memory", "4GiB", "--compute", "burst:30"]);
+    node.ctl_ok(&[
+        "container",
+        "add",
+        "web",
+        "--memory",
+        "4GiB",
+        "--compute",
+        "burst:30",
+    ]);
     node.ctl_ok(&["container", "add", "batch", "--priority", "offline"]);
     let out = node.ctl_ok(&["cdi"]);
     let spec: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(spec["kind"], "tessera.dev/container");
     assert_eq!(spec["cdiVersion"], "0.6.0");
     let devices = spec["devices"].as_array().unwrap();
-    let names: Vec<&str> = devices.iter().map(|d| d["name"].as_str().unwrap()).collect();
+    let names: Vec<&str> = devices
+        .iter()
+        .map(|d| d["name"].as_str().unwrap())
+        .collect();
     assert_eq!(names, ["batch", "web"]);
     let board = node.state_dir().join("board").display().to_string();
     for (device, name, board_option) in [(&devices[0], "batch", "ro"), (&devices[1], "web", "rw")] {
         let region = node.region(name).display().to_string();
         let edits = &device["containerEdits"];
-        let env: Vec<&str> = edits["env"].as_array().unwrap().iter().map(|e| e.as_str().unwrap()).collect();
+        let env: Vec<&str> = edits["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e.as_str().unwrap())
+            .collect();
         assert_eq!(
             env,
-            [format!("TESSERA_REGION={region}"), "LD_PRELOAD=/usr/lib/tessera/libtessera.so".to_string()]
+            [
+                format!("TESSERA_REGION={region}"),
+                "LD_PRELOAD=/usr/lib/tessera/libtessera.so".to_string()
+            ]
         );
         let mounts = edits["mounts"].as_array().unwrap();
         let find = |path: &str| {

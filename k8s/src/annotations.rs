@@ -101,9 +101,8 @@ pub fn read(annotations: &BTreeMap<String, String>) -> Result<PodAsk, Annotation
             .map_err(|_| AnnotationError::Priority(priority.clone()))?;
     }
     if let Some(limit) = annotations.get(MEMORY_LIMIT) {
-        ask.memory_limit = Some(parse_memory(limit).ok_or_else(|| {
-            AnnotationError::MemoryLimit(limit.clone())
-        })?);
+        ask.memory_limit =
+            Some(parse_memory(limit).ok_or_else(|| AnnotationError::MemoryLimit(limit.clone()))?);
     }
     Ok(ask)
 }
@@ -146,7 +145,9 @@ mod tests {
         assert_eq!(ask.memory_limit, Some(3 << 30));
         assert_eq!(ask.gpu.as_deref(), Some("GPU-8c1f2a3b-4d5e"));
         assert_eq!(
-            read(&map(&[(MEMORY_LIMIT, "512MiB")])).unwrap().memory_limit,
+            read(&map(&[(MEMORY_LIMIT, "512MiB")]))
+                .unwrap()
+                .memory_limit,
             Some(512 << 20)
         );
     }

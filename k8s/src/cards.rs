@@ -78,16 +78,15 @@ impl Cards {
 
     /// Why a card fails its health check, if it does.
     pub fn problem(&self, card: &Card) -> Option<String> {
-        self.nvml.check_device(card.index).err().map(|e| e.to_string())
+        self.nvml
+            .check_device(card.index)
+            .err()
+            .map(|e| e.to_string())
     }
 }
 
 /// Checks every card each `interval` and publishes the health when it changes.
-pub async fn watch_health(
-    cards: Arc<Cards>,
-    interval: Duration,
-    health: watch::Sender<Vec<bool>>,
-) {
+pub async fn watch_health(cards: Arc<Cards>, interval: Duration, health: watch::Sender<Vec<bool>>) {
     let mut ticks = tokio::time::interval(interval);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -103,7 +102,10 @@ pub async fn watch_health(
             for (card, (was, is)) in cards.list.iter().zip(old.iter().zip(&now)) {
                 if was != is {
                     if *is {
-                        crate::log::info(&format!("GPU {} ({}) is healthy again", card.index, card.uuid));
+                        crate::log::info(&format!(
+                            "GPU {} ({}) is healthy again",
+                            card.index, card.uuid
+                        ));
                     } else {
                         let why = cards.problem(card).unwrap_or_default();
                         crate::log::warn(&format!(

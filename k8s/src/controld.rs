@@ -55,7 +55,11 @@ impl Controld {
     }
 
     /// Changes a container in place.
-    pub async fn set(&self, name: &str, change: SpecChange) -> Result<ContainerInfo, ControldError> {
+    pub async fn set(
+        &self,
+        name: &str,
+        change: SpecChange,
+    ) -> Result<ContainerInfo, ControldError> {
         match self
             .call(Request::Set {
                 name: name.to_string(),

@@ -154,7 +154,14 @@ mod tests {
             DeviceId::parse(&format!("{UUID}-core-7")).unwrap().resource,
             Resource::Core
         );
-        for bad in ["", "core-1", "-core-1", "GPU-x-core-", "GPU-x-disk-1", "GPU-x-core-+1"] {
+        for bad in [
+            "",
+            "core-1",
+            "-core-1",
+            "GPU-x-core-",
+            "GPU-x-disk-1",
+            "GPU-x-core-+1",
+        ] {
             assert!(DeviceId::parse(bad).is_err(), "{bad}");
         }
     }

@@ -67,9 +67,7 @@ fn holdings(pods: Vec<PodResources>) -> Vec<Holding> {
             for devices in container.devices {
                 match crate::ids::Resource::from_name(&devices.resource_name) {
                     Some(crate::ids::Resource::Core) => holding.core.extend(devices.device_ids),
-                    Some(crate::ids::Resource::Memory) => {
-                        holding.memory.extend(devices.device_ids)
-                    }
+                    Some(crate::ids::Resource::Memory) => holding.memory.extend(devices.device_ids),
                     None => {}
                 }
             }

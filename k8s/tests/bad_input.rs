@@ -35,23 +35,48 @@ async fn bad_annotations_and_oversized_requests_are_refused_alone() {
     let good_name = container_of(&good.core);
 
     // A malformed annotation.
-    cluster.api.put_pod(NS, "typo", NODE, &[("tessera.dev/compute", "fast")]);
-    let err = cluster.kubelet.run_pod(&ask("typo", 30, 4)).await.unwrap_err();
+    cluster
+        .api
+        .put_pod(NS, "typo", NODE, &[("tessera.dev/compute", "fast")]);
+    let err = cluster
+        .kubelet
+        .run_pod(&ask("typo", 30, 4))
+        .await
+        .unwrap_err();
     assert!(err.contains("tessera.dev/compute=\"fast\""), "{err}");
-    assert!(event_about(&cluster, "typo", "is not fixed, burst or best-effort"));
-    assert!(cluster.plugin_log().contains("tessera.dev/compute=\"fast\""));
+    assert!(event_about(
+        &cluster,
+        "typo",
+        "is not fixed, burst or best-effort"
+    ));
+    assert!(cluster
+        .plugin_log()
+        .contains("tessera.dev/compute=\"fast\""));
 
     // More memory than a card has (an A100-40GB): the kubelet can find 41 IDs on the node,
     // but no card holds them.
     cluster.api.put_pod(NS, "huge", NODE, &[]);
-    let err = cluster.kubelet.run_pod(&ask("huge", 30, 41)).await.unwrap_err();
+    let err = cluster
+        .kubelet
+        .run_pod(&ask("huge", 30, 41))
+        .await
+        .unwrap_err();
     assert!(err.contains("41GiB") && err.contains("has 40GiB"), "{err}");
     assert!(event_about(&cluster, "huge", "of GPU memory"));
 
     // A memory limit above the request.
-    cluster.api.put_pod(NS, "greedy", NODE, &[("tessera.dev/memory-limit", "8GiB")]);
-    let err = cluster.kubelet.run_pod(&ask("greedy", 10, 4)).await.unwrap_err();
-    assert!(err.contains("above its tessera.dev/gpu-memory request"), "{err}");
+    cluster
+        .api
+        .put_pod(NS, "greedy", NODE, &[("tessera.dev/memory-limit", "8GiB")]);
+    let err = cluster
+        .kubelet
+        .run_pod(&ask("greedy", 10, 4))
+        .await
+        .unwrap_err();
+    assert!(
+        err.contains("above its tessera.dev/gpu-memory request"),
+        "{err}"
+    );
 
     // Nothing else moved: only the good pod's container, with its limits.
     let containers = cluster.containers().await;
@@ -68,16 +93,31 @@ async fn bad_annotations_and_oversized_requests_are_refused_alone() {
 async fn pod_resources_down_refuses_new_containers_and_removes_nothing() {
     let cluster = Cluster::start("down").await;
     cluster.api.put_pod(NS, "running", NODE, &[]);
-    cluster.kubelet.run_pod(&ask("running", 30, 4)).await.unwrap();
+    cluster
+        .kubelet
+        .run_pod(&ask("running", 30, 4))
+        .await
+        .unwrap();
     cluster.kubelet.stop_pod_resources();
 
     cluster.api.put_pod(NS, "late", NODE, &[]);
-    let err = cluster.kubelet.run_pod(&ask("late", 30, 4)).await.unwrap_err();
-    assert!(err.contains("cannot reach the kubelet's pod-resources API"), "{err}");
-    assert!(cluster.plugin_log().contains("cannot reach the kubelet's pod-resources API"));
+    let err = cluster
+        .kubelet
+        .run_pod(&ask("late", 30, 4))
+        .await
+        .unwrap_err();
+    assert!(
+        err.contains("cannot reach the kubelet's pod-resources API"),
+        "{err}"
+    );
+    assert!(cluster
+        .plugin_log()
+        .contains("cannot reach the kubelet's pod-resources API"));
     // Several reconcile intervals pass: the running container stays.
     wait_until(Duration::from_secs(10), "the outage is logged", || async {
-        cluster.plugin_log().contains("removing nothing until it answers")
+        cluster
+            .plugin_log()
+            .contains("removing nothing until it answers")
     })
     .await;
     tokio::time::sleep(Duration::from_millis(1000)).await;
@@ -85,11 +125,17 @@ async fn pod_resources_down_refuses_new_containers_and_removes_nothing() {
 
     // Back: nothing was lost, and new pods start again.
     cluster.kubelet.start_pod_resources();
-    wait_until(Duration::from_secs(10), "pod-resources answers again", || async {
-        cluster.plugin_log().contains("answers again")
-    })
+    wait_until(
+        Duration::from_secs(10),
+        "pod-resources answers again",
+        || async { cluster.plugin_log().contains("answers again") },
+    )
     .await;
-    assert_eq!(cluster.containers().await.len(), 1, "nothing was removed in the outage");
+    assert_eq!(
+        cluster.containers().await.len(),
+        1,
+        "nothing was removed in the outage"
+    );
     cluster.api.put_pod(NS, "later", NODE, &[]);
     cluster.kubelet.run_pod(&ask("later", 30, 4)).await.unwrap();
     assert_eq!(cluster.containers().await.len(), 2);

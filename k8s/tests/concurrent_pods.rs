@@ -46,7 +46,10 @@ fn listed(gpus: &BTreeMap<String, Value>) -> Expected {
                         .collect()
                 })
                 .unwrap_or_default();
-            (gpu["spec"]["uuid"].as_str().unwrap_or_default().to_string(), holders)
+            (
+                gpu["spec"]["uuid"].as_str().unwrap_or_default().to_string(),
+                holders,
+            )
         })
         .collect()
 }
@@ -58,10 +61,14 @@ async fn fifty_pairs_of_concurrent_pods_get_their_own_limits_and_cards() {
     let uuid_of = |index: u32| gpus[index as usize].uuid.clone();
     let index_of = |uuid: &str| gpus.iter().find(|g| g.uuid == uuid).unwrap().index;
     // The GPU objects appear with their specs.
-    wait_until(Duration::from_secs(10), "two GPU objects with status", || async {
-        let gpus = cluster.api.gpus();
-        gpus.len() == 2 && gpus.values().all(|g| g["status"].is_object())
-    })
+    wait_until(
+        Duration::from_secs(10),
+        "two GPU objects with status",
+        || async {
+            let gpus = cluster.api.gpus();
+            gpus.len() == 2 && gpus.values().all(|g| g["status"].is_object())
+        },
+    )
     .await;
     for gpu in cluster.api.gpus().values() {
         assert_eq!(gpu["spec"]["node"], NODE);
@@ -70,25 +77,46 @@ async fn fifty_pairs_of_concurrent_pods_get_their_own_limits_and_cards() {
     }
 
     for round in 0..50 {
-        let mut expected: Expected = [(uuid_of(0), BTreeSet::new()), (uuid_of(1), BTreeSet::new())].into();
+        let mut expected: Expected =
+            [(uuid_of(0), BTreeSet::new()), (uuid_of(1), BTreeSet::new())].into();
         let mut pods = Vec::new();
         // Every other round an occupant takes 60 % of GPU 0 first, so that the pair splits.
         let occupied = round % 2 == 1;
         if occupied {
             let name = format!("occupant-{round}");
-            cluster.api.put_pod(NS, &name, NODE, &[("tessera.dev/compute", "best-effort")]);
+            cluster
+                .api
+                .put_pod(NS, &name, NODE, &[("tessera.dev/compute", "best-effort")]);
             let admitted = cluster.kubelet.run_pod(&ask(&name, 60, 8)).await.unwrap();
             let uuid = DeviceId::parse(&admitted.core_ids[0]).unwrap().uuid;
             assert_eq!(uuid, uuid_of(0), "the occupant takes the first card");
-            expected.get_mut(&uuid).unwrap().insert((name.clone(), 60, 8 * GIB, "best-effort".into()));
+            expected.get_mut(&uuid).unwrap().insert((
+                name.clone(),
+                60,
+                8 * GIB,
+                "best-effort".into(),
+            ));
             pods.push(name);
         }
         let a = format!("a-{round}");
         let b = format!("b-{round}");
-        cluster.api.put_pod(NS, &a, NODE, &[("tessera.dev/compute", "fixed"), ("tessera.dev/priority", "offline")]);
-        cluster.api.put_pod(NS, &b, NODE, &[("tessera.dev/compute", "burst")]);
+        cluster.api.put_pod(
+            NS,
+            &a,
+            NODE,
+            &[
+                ("tessera.dev/compute", "fixed"),
+                ("tessera.dev/priority", "offline"),
+            ],
+        );
+        cluster
+            .api
+            .put_pod(NS, &b, NODE, &[("tessera.dev/compute", "burst")]);
         let (ask_a, ask_b) = (ask(&a, 30, 4), ask(&b, 30, 4));
-        let (ra, rb) = tokio::join!(cluster.kubelet.run_pod(&ask_a), cluster.kubelet.run_pod(&ask_b));
+        let (ra, rb) = tokio::join!(
+            cluster.kubelet.run_pod(&ask_a),
+            cluster.kubelet.run_pod(&ask_b)
+        );
         let containers = cluster.containers().await;
         let mut names = BTreeSet::new();
         let mut cards = BTreeSet::new();
@@ -98,27 +126,48 @@ async fn fifty_pairs_of_concurrent_pods_get_their_own_limits_and_cards() {
         ];
         for (pod, admitted, policy, priority) in checks {
             let name = container_of(&admitted.core);
-            assert_eq!(name, container_name(&admitted.core_ids), "round {round}: {pod}");
+            assert_eq!(
+                name,
+                container_name(&admitted.core_ids),
+                "round {round}: {pod}"
+            );
             let container = containers
                 .iter()
                 .find(|c| c.spec.name.as_str() == name)
                 .unwrap_or_else(|| panic!("round {round}: no container {name} for {pod}"));
             let uuid = DeviceId::parse(&admitted.core_ids[0]).unwrap().uuid;
             assert_eq!(admitted.core.envs["NVIDIA_VISIBLE_DEVICES"], uuid);
-            assert_eq!(container.spec.gpus.as_slice(), &[index_of(&uuid)], "round {round}: {pod}");
-            assert_eq!(container.spec.memory.map(|m| m.0), Some(4 * GIB), "round {round}: {pod}");
+            assert_eq!(
+                container.spec.gpus.as_slice(),
+                &[index_of(&uuid)],
+                "round {round}: {pod}"
+            );
+            assert_eq!(
+                container.spec.memory.map(|m| m.0),
+                Some(4 * GIB),
+                "round {round}: {pod}"
+            );
             assert_eq!(container.spec.compute, policy, "round {round}: {pod}");
             assert_eq!(container.spec.priority, priority, "round {round}: {pod}");
             assert!(container.region.exists(), "round {round}: {pod}");
             assert!(admitted.memory.envs.is_empty() && admitted.memory.mounts.is_empty());
             names.insert(name);
             cards.insert(uuid.clone());
-            expected.get_mut(&uuid).unwrap().insert((pod.to_string(), 30, 4 * GIB, policy.to_string()));
+            expected.get_mut(&uuid).unwrap().insert((
+                pod.to_string(),
+                30,
+                4 * GIB,
+                policy.to_string(),
+            ));
             pods.push(pod.to_string());
         }
         assert_eq!(names.len(), 2, "round {round}: two distinct containers");
         if occupied {
-            assert_eq!(cards.len(), 2, "round {round}: with GPU 0 at 60 %, the pair splits");
+            assert_eq!(
+                cards.len(),
+                2,
+                "round {round}: with GPU 0 at 60 %, the pair splits"
+            );
         }
         // The GPU objects list exactly these holders.
         let mut last = Expected::new();
@@ -132,7 +181,10 @@ async fn fifty_pairs_of_concurrent_pods_get_their_own_limits_and_cards() {
             }
         })
         .await;
-        assert!(listed_ok.is_ok(), "round {round}: GPU objects list {last:?}, not {expected:?}");
+        assert!(
+            listed_ok.is_ok(),
+            "round {round}: GPU objects list {last:?}, not {expected:?}"
+        );
         // The pods go; their containers follow within 5 s, and the cards are empty again.
         for pod in &pods {
             cluster.api.delete_pod(NS, pod);

@@ -42,7 +42,10 @@ fn printer_columns_name_fields_of_the_schema() {
     let columns = crd["spec"]["versions"][0]["additionalPrinterColumns"]
         .as_array()
         .unwrap();
-    let names: Vec<&str> = columns.iter().map(|c| c["name"].as_str().unwrap()).collect();
+    let names: Vec<&str> = columns
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
     assert_eq!(names, ["Node", "Model", "Core", "Memory", "Pods", "Age"]);
     for column in columns {
         let path = column["jsonPath"].as_str().unwrap();
@@ -60,9 +63,9 @@ fn assert_declared(value: &Value, schema: &Value, at: &str) {
     match value {
         Value::Object(map) => {
             for (key, v) in map {
-                let child = schema["properties"]
-                    .get(key)
-                    .unwrap_or_else(|| panic!("{at}.{key} is not in the schema: it would be pruned"));
+                let child = schema["properties"].get(key).unwrap_or_else(|| {
+                    panic!("{at}.{key} is not in the schema: it would be pruned")
+                });
                 assert_declared(v, child, &format!("{at}.{key}"));
             }
         }
@@ -90,8 +93,14 @@ fn objects_the_plugin_writes_fit_the_schema() {
     );
     gpu.status = Some(GPUStatus {
         healthy: true,
-        allocatable: Amounts { core: 100, memory: 40 << 30 },
-        allocated: Amounts { core: 30, memory: 4 << 30 },
+        allocatable: Amounts {
+            core: 100,
+            memory: 40 << 30,
+        },
+        allocated: Amounts {
+            core: 30,
+            memory: 4 << 30,
+        },
         memory: "4GiB/40GiB".into(),
         pods: 1,
         holders: vec![GPUHolder {

@@ -13,14 +13,21 @@ use tessera_k8s::ids::{DeviceId, Resource};
 async fn registers_both_resources_and_again_after_a_kubelet_restart() {
     let cluster = Cluster::start("register").await;
     let registrations = cluster.kubelet.registrations();
-    let mut names: Vec<&str> = registrations.iter().map(|r| r.resource_name.as_str()).collect();
+    let mut names: Vec<&str> = registrations
+        .iter()
+        .map(|r| r.resource_name.as_str())
+        .collect();
     names.sort_unstable();
     assert_eq!(names, ["tessera.dev/gpu-core", "tessera.dev/gpu-memory"]);
     for r in &registrations {
         assert_eq!(r.version, "v1beta1");
         let options = r.options.as_ref().expect("options");
         assert!(options.pre_start_required && options.get_preferred_allocation_available);
-        assert!(cluster.kubelet.dir.join(&r.endpoint).exists(), "{}", r.endpoint);
+        assert!(
+            cluster.kubelet.dir.join(&r.endpoint).exists(),
+            "{}",
+            r.endpoint
+        );
     }
 
     // 100 core IDs per GPU, one memory ID per GiB (an A100-40GB has 40 GiB), all healthy,
@@ -38,19 +45,28 @@ async fn registers_both_resources_and_again_after_a_kubelet_restart() {
                 .count();
             assert_eq!(on_card, per_card);
         }
-        assert!(devices.iter().all(|d| d.health == "Healthy" && d.id.len() <= 63));
+        assert!(devices
+            .iter()
+            .all(|d| d.health == "Healthy" && d.id.len() <= 63));
     }
 
     // The kubelet restarts: its directory emptied, kubelet.sock recreated.
     cluster.kubelet.restart();
     let took = tokio::time::timeout(
         Duration::from_secs(5),
-        cluster.kubelet.wait_registrations(4, Duration::from_secs(5)),
+        cluster
+            .kubelet
+            .wait_registrations(4, Duration::from_secs(5)),
     )
     .await;
     assert!(took.is_ok(), "no re-registration within 5 s");
     // It serves again on sockets it recreated before registering.
-    let devices = cluster.kubelet.devices(Resource::Core).await.borrow().clone();
+    let devices = cluster
+        .kubelet
+        .devices(Resource::Core)
+        .await
+        .borrow()
+        .clone();
     assert_eq!(devices.len(), 200);
 }
 

@@ -37,7 +37,9 @@ fn total_seen(cluster: &Cluster, region: &Path, device: u32) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn annotations_resize_a_running_pod_and_deletion_removes_it() {
     let cluster = Cluster::start("resize").await;
-    cluster.api.put_pod(NS, "web", NODE, &[("tessera.dev/compute", "burst")]);
+    cluster
+        .api
+        .put_pod(NS, "web", NODE, &[("tessera.dev/compute", "burst")]);
     let admitted = cluster.kubelet.run_pod(&ask("web", 30, 8)).await.unwrap();
     let name = container_of(&admitted.core);
     let region_path = cluster.state_dir().join(format!("{name}.region"));
@@ -53,11 +55,16 @@ async fn annotations_resize_a_running_pod_and_deletion_removes_it() {
         NS,
         "web",
         NODE,
-        &[("tessera.dev/compute", "burst"), ("tessera.dev/memory-limit", "3GiB")],
+        &[
+            ("tessera.dev/compute", "burst"),
+            ("tessera.dev/memory-limit", "3GiB"),
+        ],
     );
-    wait_until(Duration::from_secs(1), "the cap follows the annotation", || async {
-        region.memory_cap(device as usize) == Some(3 * GIB)
-    })
+    wait_until(
+        Duration::from_secs(1),
+        "the cap follows the annotation",
+        || async { region.memory_cap(device as usize) == Some(3 * GIB) },
+    )
     .await;
     assert_eq!(total_seen(&cluster, &region_path, device), 3 * GIB);
 
@@ -66,11 +73,16 @@ async fn annotations_resize_a_running_pod_and_deletion_removes_it() {
         NS,
         "web",
         NODE,
-        &[("tessera.dev/compute", "fixed"), ("tessera.dev/memory-limit", "3GiB")],
+        &[
+            ("tessera.dev/compute", "fixed"),
+            ("tessera.dev/memory-limit", "3GiB"),
+        ],
     );
-    wait_until(Duration::from_secs(5), "the policy follows the annotation", || async {
-        cluster.containers().await[0].spec.compute == ComputePolicy::Fixed(30)
-    })
+    wait_until(
+        Duration::from_secs(5),
+        "the policy follows the annotation",
+        || async { cluster.containers().await[0].spec.compute == ComputePolicy::Fixed(30) },
+    )
     .await;
 
     // A bad new value is refused with an event; the limits stay.
@@ -78,14 +90,24 @@ async fn annotations_resize_a_running_pod_and_deletion_removes_it() {
         NS,
         "web",
         NODE,
-        &[("tessera.dev/compute", "fixed"), ("tessera.dev/memory-limit", "lots")],
+        &[
+            ("tessera.dev/compute", "fixed"),
+            ("tessera.dev/memory-limit", "lots"),
+        ],
     );
-    wait_until(Duration::from_secs(5), "an event about the bad value", || async {
-        cluster.api.events().iter().any(|e| {
-            e["involvedObject"]["name"] == "web"
-                && e["message"].as_str().unwrap_or_default().contains("\"lots\"")
-        })
-    })
+    wait_until(
+        Duration::from_secs(5),
+        "an event about the bad value",
+        || async {
+            cluster.api.events().iter().any(|e| {
+                e["involvedObject"]["name"] == "web"
+                    && e["message"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .contains("\"lots\"")
+            })
+        },
+    )
     .await;
     assert_eq!(region.memory_cap(device as usize), Some(3 * GIB));
     // Above the request: refused too.
@@ -93,22 +115,34 @@ async fn annotations_resize_a_running_pod_and_deletion_removes_it() {
         NS,
         "web",
         NODE,
-        &[("tessera.dev/compute", "fixed"), ("tessera.dev/memory-limit", "9GiB")],
+        &[
+            ("tessera.dev/compute", "fixed"),
+            ("tessera.dev/memory-limit", "9GiB"),
+        ],
     );
-    wait_until(Duration::from_secs(5), "an event about the cap above the request", || async {
-        cluster.api.events().iter().any(|e| {
-            e["message"].as_str().unwrap_or_default().contains("above its tessera.dev/gpu-memory request")
-        })
-    })
+    wait_until(
+        Duration::from_secs(5),
+        "an event about the cap above the request",
+        || async {
+            cluster.api.events().iter().any(|e| {
+                e["message"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .contains("above its tessera.dev/gpu-memory request")
+            })
+        },
+    )
     .await;
     assert_eq!(region.memory_cap(device as usize), Some(3 * GIB));
 
     // The pod goes: its container and region within 5 s.
     cluster.api.delete_pod(NS, "web");
     cluster.kubelet.remove_pod(NS, "web");
-    wait_until(Duration::from_secs(5), "the container is removed", || async {
-        cluster.containers().await.is_empty()
-    })
+    wait_until(
+        Duration::from_secs(5),
+        "the container is removed",
+        || async { cluster.containers().await.is_empty() },
+    )
     .await;
     assert!(!region_path.exists(), "its region is freed");
 }
@@ -117,7 +151,9 @@ async fn annotations_resize_a_running_pod_and_deletion_removes_it() {
 async fn a_restarted_plugin_rebuilds_its_state_without_loss_or_double_count() {
     let mut cluster = Cluster::start("restart").await;
     for pod in ["stay", "go"] {
-        cluster.api.put_pod(NS, pod, NODE, &[("tessera.dev/compute", "fixed")]);
+        cluster
+            .api
+            .put_pod(NS, pod, NODE, &[("tessera.dev/compute", "fixed")]);
         cluster.kubelet.run_pod(&ask(pod, 20, 2)).await.unwrap();
     }
     let holders = |cluster: &Cluster| -> BTreeSet<String> {
@@ -145,13 +181,17 @@ async fn a_restarted_plugin_rebuilds_its_state_without_loss_or_double_count() {
     cluster.api.delete_pod(NS, "go");
     cluster.kubelet.remove_pod(NS, "go");
     cluster.start_plugin().await;
-    wait_until(Duration::from_secs(5), "the gone pod's container removed", || async {
-        cluster.containers().await.len() == 1
-    })
+    wait_until(
+        Duration::from_secs(5),
+        "the gone pod's container removed",
+        || async { cluster.containers().await.len() == 1 },
+    )
     .await;
-    wait_until(Duration::from_secs(10), "only the staying pod listed", || async {
-        holders(&cluster) == BTreeSet::from(["stay".to_string()])
-    })
+    wait_until(
+        Duration::from_secs(10),
+        "only the staying pod listed",
+        || async { holders(&cluster) == BTreeSet::from(["stay".to_string()]) },
+    )
     .await;
     // Counted once: 20 core and 2 GiB on its card.
     let allocated: Vec<(u64, u64)> = cluster
@@ -167,7 +207,11 @@ async fn a_restarted_plugin_rebuilds_its_state_without_loss_or_double_count() {
         .filter(|(core, _)| *core > 0)
         .collect();
     assert_eq!(allocated, vec![(20, 2 * GIB)]);
-    assert!(cluster.plugin_log().contains("adopted"), "{}", cluster.plugin_log());
+    assert!(
+        cluster.plugin_log().contains("adopted"),
+        "{}",
+        cluster.plugin_log()
+    );
 
     // And it serves new pods as before.
     cluster.api.put_pod(NS, "new", NODE, &[]);

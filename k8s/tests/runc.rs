@@ -25,7 +25,9 @@ const MIB: u64 = 1 << 20;
 fn runc_missing() -> Option<String> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
-        return Some("runc needs root to make namespaces and mounts; this test runs as another user".into());
+        return Some(
+            "runc needs root to make namespaces and mounts; this test runs as another user".into(),
+        );
     }
     match Command::new("runc").arg("--version").output() {
         Ok(out) if out.status.success() => None,
@@ -35,7 +37,12 @@ fn runc_missing() -> Option<String> {
 
 /// A bundle: a rootfs with the host's programs and libraries read-only, the node's driver,
 /// and everything the Allocate answer says.
-fn bundle(cluster: &Cluster, dir: &Path, answer: &ContainerAllocateResponse, args: &[&str]) -> PathBuf {
+fn bundle(
+    cluster: &Cluster,
+    dir: &Path,
+    answer: &ContainerAllocateResponse,
+    args: &[&str],
+) -> PathBuf {
     let rootfs = dir.join("rootfs");
     std::fs::create_dir_all(&rootfs).unwrap();
     let mut mounts = vec![
@@ -51,7 +58,16 @@ fn bundle(cluster: &Cluster, dir: &Path, answer: &ContainerAllocateResponse, arg
         json!({"destination": container, "type": "bind", "source": host, "options": options})
     };
     // The image: the host's system directories (symbolic links as links).
-    for system in ["/bin", "/lib", "/lib64", "/sbin", "/usr/bin", "/usr/lib", "/usr/lib64", "/usr/sbin"] {
+    for system in [
+        "/bin",
+        "/lib",
+        "/lib64",
+        "/sbin",
+        "/usr/bin",
+        "/usr/lib",
+        "/usr/lib64",
+        "/usr/sbin",
+    ] {
         let host = Path::new(system);
         let inside = rootfs.join(&system[1..]);
         match std::fs::symlink_metadata(host) {
@@ -74,7 +90,11 @@ fn bundle(cluster: &Cluster, dir: &Path, answer: &ContainerAllocateResponse, arg
     mounts.push(bind(cluster.sim.state(), "/run/simgpu/node.state", false));
     // What the device plugin answered.
     for m in &answer.mounts {
-        mounts.push(bind(Path::new(&m.host_path), &m.container_path, m.read_only));
+        mounts.push(bind(
+            Path::new(&m.host_path),
+            &m.container_path,
+            m.read_only,
+        ));
     }
     let mut env = vec![
         "PATH=/opt/bin:/usr/bin:/bin".to_string(),
@@ -111,7 +131,11 @@ fn bundle(cluster: &Cluster, dir: &Path, answer: &ContainerAllocateResponse, arg
             "resources": {"devices": allowed},
         },
     });
-    std::fs::write(dir.join("config.json"), serde_json::to_vec_pretty(&config).unwrap()).unwrap();
+    std::fs::write(
+        dir.join("config.json"),
+        serde_json::to_vec_pretty(&config).unwrap(),
+    )
+    .unwrap();
     dir.to_path_buf()
 }
 
@@ -131,8 +155,20 @@ fn runc(cluster: &Cluster, bundle: &Path, id: &str) -> Value {
 fn mknod(path: &Path, major: u32, minor: u32) {
     let c_path = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
     // SAFETY: a NUL-terminated path; mknod only creates a file.
-    let rc = unsafe { libc::mknod(c_path.as_ptr(), libc::S_IFCHR | 0o666, libc::makedev(major, minor)) };
-    assert_eq!(rc, 0, "mknod {}: {}", path.display(), std::io::Error::last_os_error());
+    let rc = unsafe {
+        libc::mknod(
+            c_path.as_ptr(),
+            libc::S_IFCHR | 0o666,
+            libc::makedev(major, minor),
+        )
+    };
+    assert_eq!(
+        rc,
+        0,
+        "mknod {}: {}",
+        path.display(),
+        std::io::Error::last_os_error()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -153,7 +189,9 @@ async fn runc_runs_a_container_from_the_allocate_answer() {
     mknod(&dev.join("nvidia0"), 195, 0);
     mknod(&dev.join("nvidia1"), 195, 1);
 
-    cluster.api.put_pod("ml", "job", NODE, &[("tessera.dev/compute", "burst")]);
+    cluster
+        .api
+        .put_pod("ml", "job", NODE, &[("tessera.dev/compute", "burst")]);
     let admitted = cluster
         .kubelet
         .run_pod(&PodAsk {
@@ -168,8 +206,15 @@ async fn runc_runs_a_container_from_the_allocate_answer() {
     let gpus = cluster.controld.status().await.unwrap().gpus;
     let index = gpus.iter().find(|g| g.uuid == uuid).unwrap().index;
     let answer = &admitted.core;
-    let devices: Vec<&str> = answer.devices.iter().map(|d| d.container_path.as_str()).collect();
-    assert_eq!(devices, ["/dev/nvidiactl".to_string(), format!("/dev/nvidia{index}")]);
+    let devices: Vec<&str> = answer
+        .devices
+        .iter()
+        .map(|d| d.container_path.as_str())
+        .collect();
+    assert_eq!(
+        devices,
+        ["/dev/nvidiactl".to_string(), format!("/dev/nvidia{index}")]
+    );
 
     let info = bundle(&cluster, &cluster.dir.0.join("b-info"), answer, &[
         "/bin/sh",
@@ -179,13 +224,17 @@ async fn runc_runs_a_container_from_the_allocate_answer() {
     let report = runc(&cluster, &info, &format!("tk-info-{}", std::process::id()));
     assert_eq!(report["total"].as_u64(), Some(4 * GIB), "{report}");
 
-    let alloc = bundle(&cluster, &cluster.dir.0.join("b-alloc"), answer, &[
-        "gpuload",
-        "alloc",
-        "--device",
-        &index.to_string(),
-    ]);
-    let report = runc(&cluster, &alloc, &format!("tk-alloc-{}", std::process::id()));
+    let alloc = bundle(
+        &cluster,
+        &cluster.dir.0.join("b-alloc"),
+        answer,
+        &["gpuload", "alloc", "--device", &index.to_string()],
+    );
+    let report = runc(
+        &cluster,
+        &alloc,
+        &format!("tk-alloc-{}", std::process::id()),
+    );
     assert_eq!(report["error"], "CUDA_ERROR_OUT_OF_MEMORY", "{report}");
     let total = report["total"].as_u64().unwrap();
     let held = report["bytes"].as_u64().unwrap() + total - report["context_free"].as_u64().unwrap();

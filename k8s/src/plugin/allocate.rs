@@ -85,7 +85,10 @@ pub fn cards_of<'c>(
         if id.resource != resource {
             return Err(AllocateError::WrongResource(text.clone(), resource.name()));
         }
-        if !cards.iter().any(|c| c.uuid == id.uuid && id.number < c.units(resource)) {
+        if !cards
+            .iter()
+            .any(|c| c.uuid == id.uuid && id.number < c.units(resource))
+        {
             return Err(AllocateError::UnknownCard(text.clone()));
         }
         uuids.insert(id.uuid);
@@ -95,7 +98,7 @@ pub fn cards_of<'c>(
 
 /// Whether a core request is whole cards.
 pub fn is_whole(count: usize) -> bool {
-    count >= CORES_PER_GPU as usize && count % CORES_PER_GPU as usize == 0
+    count >= CORES_PER_GPU as usize && count.is_multiple_of(CORES_PER_GPU as usize)
 }
 
 /// The answer for one container's IDs of `resource`.

@@ -62,9 +62,7 @@ pub fn choose(
         .iter()
         .filter_map(|t| DeviceId::parse(t).ok().map(|id| id.uuid))
         .collect();
-    let whole = resource == Resource::Core
-        && ask.size >= CORES_PER_GPU as usize
-        && ask.size % CORES_PER_GPU as usize == 0;
+    let whole = resource == Resource::Core && super::allocate::is_whole(ask.size);
     if whole {
         // Whole cards: every card with all its core IDs free, the must-include ones first.
         let mut cards: Vec<&str> = by_card
@@ -89,18 +87,24 @@ pub fn choose(
         by_card.get(uuid).is_some_and(|ids| ids.len() >= ask.size)
             && must_cards.iter().all(|m| m == uuid)
     };
-    let card = paired.filter(|uuid| fits(uuid)).map(str::to_string).or_else(|| {
-        by_card
-            .iter()
-            .filter(|(uuid, _)| fits(uuid))
-            .min_by_key(|(uuid, ids)| {
-                (
-                    ids.len(),
-                    card_order.iter().position(|u| u == *uuid).unwrap_or(usize::MAX),
-                )
-            })
-            .map(|(uuid, _)| uuid.to_string())
-    });
+    let card = paired
+        .filter(|uuid| fits(uuid))
+        .map(str::to_string)
+        .or_else(|| {
+            by_card
+                .iter()
+                .filter(|(uuid, _)| fits(uuid))
+                .min_by_key(|(uuid, ids)| {
+                    (
+                        ids.len(),
+                        card_order
+                            .iter()
+                            .position(|u| u == *uuid)
+                            .unwrap_or(usize::MAX),
+                    )
+                })
+                .map(|(uuid, _)| uuid.to_string())
+        });
     let Some(card) = card else {
         return (fallback(ask), None);
     };
@@ -132,11 +136,7 @@ fn fallback(ask: &Ask) -> Vec<String> {
 }
 
 /// Takes the other resource's recent choice, or leaves this one for it.
-pub fn pair(
-    slot: &mut Option<Pending>,
-    resource: Resource,
-    now: Instant,
-) -> Option<String> {
+pub fn pair(slot: &mut Option<Pending>, resource: Resource, now: Instant) -> Option<String> {
     match slot.take() {
         Some(p) if p.resource != resource && now.duration_since(p.at) < PAIRING => Some(p.uuid),
         _ => None,
@@ -179,7 +179,10 @@ mod tests {
         assert_eq!(chosen.len(), 30);
         // Too big for GPU-b: GPU-a.
         let ask = Ask { size: 50, ..ask };
-        assert_eq!(choose(Resource::Core, &ask, &order, None).1.as_deref(), Some("GPU-a"));
+        assert_eq!(
+            choose(Resource::Core, &ask, &order, None).1.as_deref(),
+            Some("GPU-a")
+        );
     }
 
     #[test]
@@ -205,7 +208,10 @@ mod tests {
             at: now,
         });
         assert_eq!(pair(&mut slot.clone(), Resource::Core, now), None);
-        assert_eq!(pair(&mut slot, Resource::Memory, now).as_deref(), Some("GPU-a"));
+        assert_eq!(
+            pair(&mut slot, Resource::Memory, now).as_deref(),
+            Some("GPU-a")
+        );
         assert!(slot.is_none());
         let mut old = Some(Pending {
             resource: Resource::Core,

@@ -78,7 +78,8 @@ pub async fn pre_start(node: &Node, resource: Resource, ids: Vec<String>) -> Res
 /// Records the holder and has controld create (or update) its container.
 async fn prepare(node: &Node, holding: &Holding, ask: &PodAsk) -> Result<(), String> {
     let name = container_name(&holding.core);
-    let cards = cards_of(&node.cards.list, Resource::Core, &holding.core).map_err(|e| e.to_string())?;
+    let cards =
+        cards_of(&node.cards.list, Resource::Core, &holding.core).map_err(|e| e.to_string())?;
     let uuids: Vec<String> = cards.iter().map(|c| c.uuid.clone()).collect();
     if is_whole(holding.core.len()) {
         node.holders.lock().expect("holders lock").insert(Holder {
@@ -231,8 +232,12 @@ async fn create(node: &Node, holder: &Holder, gpu: u32, ask: &PodAsk) -> Result<
     } else {
         node.controld.add(spec).await.map_err(|e| e.to_string())?;
     }
-    link_board(node, &holder.name, ask.priority == tessera_controld::policy::Priority::Online)
-        .map_err(|e| format!("cannot link the board for {}: {e}", holder.name))
+    link_board(
+        node,
+        &holder.name,
+        ask.priority == tessera_controld::policy::Priority::Online,
+    )
+    .map_err(|e| format!("cannot link the board for {}: {e}", holder.name))
 }
 
 /// Points the container's board mount at the node's board (online) or at an empty file.
@@ -267,7 +272,10 @@ fn same_ids(held: &[String], ids: &[String]) -> bool {
 
 /// `namespace/pod/container`.
 pub fn who(holding: &Holding) -> String {
-    format!("{}/{}/{}", holding.namespace, holding.pod, holding.container)
+    format!(
+        "{}/{}/{}",
+        holding.namespace, holding.pod, holding.container
+    )
 }
 
 fn ids_summary(ids: &[String]) -> String {
@@ -297,8 +305,19 @@ async fn refuse_pod(node: &Node, holding: &Holding, message: String) -> Status {
 }
 
 /// A refusal written to the plugin's log and the pod's events.
-async fn refuse_event(node: &Node, pod: &k8s_openapi::api::core::v1::Pod, message: String) -> Status {
+async fn refuse_event(
+    node: &Node,
+    pod: &k8s_openapi::api::core::v1::Pod,
+    message: String,
+) -> Status {
     crate::log::error(&message);
-    crate::pods::warn(&node.kube, &node.config.node_name, pod, "TesseraRefused", &message).await;
+    crate::pods::warn(
+        &node.kube,
+        &node.config.node_name,
+        pod,
+        "TesseraRefused",
+        &message,
+    )
+    .await;
     Status::failed_precondition(message)
 }

@@ -32,7 +32,9 @@ static DOWN: AtomicBool = AtomicBool::new(false);
 pub async fn rebuild(node: &Node) {
     once(node).await;
     let count = node.holders.lock().expect("holders lock").all().count();
-    crate::log::info(&format!("found {count} running containers holding our devices"));
+    crate::log::info(&format!(
+        "found {count} running containers holding our devices"
+    ));
 }
 
 /// One pass.
@@ -76,14 +78,20 @@ pub async fn once(node: &Node) {
     for holder in gone {
         if !holder.whole {
             if let Err(e) = node.controld.remove(&holder.name).await {
-                if containers.iter().any(|c| c.spec.name.as_str() == holder.name) {
+                if containers
+                    .iter()
+                    .any(|c| c.spec.name.as_str() == holder.name)
+                {
                     crate::log::warn(&format!("cannot remove container {}: {e}", holder.name));
                     continue;
                 }
             }
             unlink_board(node, &holder.name);
         }
-        node.holders.lock().expect("holders lock").remove(&holder.name);
+        node.holders
+            .lock()
+            .expect("holders lock")
+            .remove(&holder.name);
         crate::log::info(&format!(
             "pod {}/{} no longer holds {}: removed",
             holder.namespace, holder.pod, holder.name
@@ -96,7 +104,12 @@ pub async fn once(node: &Node) {
         if !is_plugin_container(name) {
             continue;
         }
-        let known = node.holders.lock().expect("holders lock").get(name).cloned();
+        let known = node
+            .holders
+            .lock()
+            .expect("holders lock")
+            .get(name)
+            .cloned();
         match (live.get(name), known) {
             (Some(holding), None) => {
                 let uuid = node
@@ -144,7 +157,13 @@ pub async fn once(node: &Node) {
         if !is_whole(holding.core.len()) {
             continue;
         }
-        if node.holders.lock().expect("holders lock").get(name).is_some() {
+        if node
+            .holders
+            .lock()
+            .expect("holders lock")
+            .get(name)
+            .is_some()
+        {
             continue;
         }
         let Ok(cards) = cards_of(&node.cards.list, crate::ids::Resource::Core, &holding.core)

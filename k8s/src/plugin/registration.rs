@@ -58,12 +58,16 @@ pub async fn run(node: Arc<Node>) {
                 .map(|r| identity(&dir.join(r.socket())))
                 .collect();
             if mine_now != ours {
-                crate::log::info("our sockets are gone (the kubelet restarted); serving and registering again");
+                crate::log::info(
+                    "our sockets are gone (the kubelet restarted); serving and registering again",
+                );
                 break;
             }
             let kubelet_now = identity(&kubelet);
             if kubelet_now.is_some() && kubelet_now != registered {
-                crate::log::info("kubelet.sock was recreated (the kubelet restarted); registering again");
+                crate::log::info(
+                    "kubelet.sock was recreated (the kubelet restarted); registering again",
+                );
                 break;
             }
         }

@@ -30,7 +30,10 @@ pub async fn run(node: Arc<Node>) {
         let list = match pods.list(&ListParams::default().fields(&selector)).await {
             Ok(list) => list,
             Err(e) => {
-                crate::log::warn(&format!("cannot list the pods of node {}: {e}", node.config.node_name));
+                crate::log::warn(&format!(
+                    "cannot list the pods of node {}: {e}",
+                    node.config.node_name
+                ));
                 tokio::time::sleep(RETRY).await;
                 continue;
             }
@@ -39,10 +42,16 @@ pub async fn run(node: Arc<Node>) {
             follow(&node, pod, &mut reported).await;
         }
         let version = list.metadata.resource_version.unwrap_or_default();
-        let stream = match pods.watch(&WatchParams::default().fields(&selector), &version).await {
+        let stream = match pods
+            .watch(&WatchParams::default().fields(&selector), &version)
+            .await
+        {
             Ok(stream) => stream,
             Err(e) => {
-                crate::log::warn(&format!("cannot watch the pods of node {}: {e}", node.config.node_name));
+                crate::log::warn(&format!(
+                    "cannot watch the pods of node {}: {e}",
+                    node.config.node_name
+                ));
                 tokio::time::sleep(RETRY).await;
                 continue;
             }
@@ -95,7 +104,14 @@ async fn follow(node: &Node, pod: &Pod, reported: &mut HashMap<String, String>) 
             let message = format!("pod {key}: {e}; its limits stay as they are");
             if reported.get(&key) != Some(&message) {
                 crate::log::error(&message);
-                crate::pods::warn(&node.kube, &node.config.node_name, pod, "TesseraRefused", &message).await;
+                crate::pods::warn(
+                    &node.kube,
+                    &node.config.node_name,
+                    pod,
+                    "TesseraRefused",
+                    &message,
+                )
+                .await;
                 reported.insert(key, message);
             }
             return;
@@ -105,7 +121,14 @@ async fn follow(node: &Node, pod: &Pod, reported: &mut HashMap<String, String>) 
         if let Err(message) = resize(node, &holder, &ask).await {
             if reported.get(&key) != Some(&message) {
                 crate::log::error(&message);
-                crate::pods::warn(&node.kube, &node.config.node_name, pod, "TesseraRefused", &message).await;
+                crate::pods::warn(
+                    &node.kube,
+                    &node.config.node_name,
+                    pod,
+                    "TesseraRefused",
+                    &message,
+                )
+                .await;
                 reported.insert(key.clone(), message);
             }
         }
@@ -132,11 +155,18 @@ async fn resize(node: &Node, holder: &Holder, ask: &PodAsk) -> Result<(), String
         compute: (compute.to_string() != holder.compute).then_some(compute),
         priority: None,
     };
-    node.controld
-        .set(&holder.name, change)
-        .await
-        .map_err(|e| format!("cannot resize {} of pod {}/{}: {e}", holder.name, holder.namespace, holder.pod))?;
-    if let Some(h) = node.holders.lock().expect("holders lock").get_mut(&holder.name) {
+    node.controld.set(&holder.name, change).await.map_err(|e| {
+        format!(
+            "cannot resize {} of pod {}/{}: {e}",
+            holder.name, holder.namespace, holder.pod
+        )
+    })?;
+    if let Some(h) = node
+        .holders
+        .lock()
+        .expect("holders lock")
+        .get_mut(&holder.name)
+    {
         h.memory = cap;
         h.compute = compute.to_string();
     }

@@ -98,7 +98,13 @@ impl DevicePlugin for PluginService {
         &self,
         request: Request<PreferredAllocationRequest>,
     ) -> Result<Response<PreferredAllocationResponse>, Status> {
-        let order: Vec<String> = self.node.cards.list.iter().map(|c| c.uuid.clone()).collect();
+        let order: Vec<String> = self
+            .node
+            .cards
+            .list
+            .iter()
+            .map(|c| c.uuid.clone())
+            .collect();
         let mut responses = Vec::new();
         for container in request.into_inner().container_requests {
             let ask = Ask {

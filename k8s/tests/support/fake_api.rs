@@ -76,7 +76,11 @@ impl FakeApi {
         store.version += 1;
         let version = store.version;
         let key = (namespace.to_string(), name.to_string());
-        let kind = if store.pods.contains_key(&key) { "MODIFIED" } else { "ADDED" };
+        let kind = if store.pods.contains_key(&key) {
+            "MODIFIED"
+        } else {
+            "ADDED"
+        };
         let annotations: BTreeMap<&str, &str> = annotations.iter().copied().collect();
         let pod = json!({
             "apiVersion": "v1",
@@ -100,7 +104,10 @@ impl FakeApi {
     pub fn delete_pod(&self, namespace: &str, name: &str) {
         let (store, tx) = &*self.shared;
         let mut store = store.lock().unwrap();
-        if let Some(pod) = store.pods.remove(&(namespace.to_string(), name.to_string())) {
+        if let Some(pod) = store
+            .pods
+            .remove(&(namespace.to_string(), name.to_string()))
+        {
             store.version += 1;
             let version = store.version;
             let event = json!({"type": "DELETED", "object": pod});
@@ -131,7 +138,10 @@ fn not_found(what: &str) -> Response {
         .into_response()
 }
 
-async fn get_pod(State(shared): State<Shared>, Path((ns, name)): Path<(String, String)>) -> Response {
+async fn get_pod(
+    State(shared): State<Shared>,
+    Path((ns, name)): Path<(String, String)>,
+) -> Response {
     let store = shared.0.lock().unwrap();
     match store.pods.get(&(ns, name.clone())) {
         Some(pod) => Json(pod.clone()).into_response(),
@@ -146,7 +156,10 @@ fn on_node(pod: &Value, selector: Option<&String>) -> bool {
     }
 }
 
-async fn list_pods(State(shared): State<Shared>, Query(q): Query<HashMap<String, String>>) -> Response {
+async fn list_pods(
+    State(shared): State<Shared>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Response {
     let selector = q.get("fieldSelector").cloned();
     let watch = q.get("watch").is_some_and(|w| w == "true" || w == "1");
     let (store, tx) = &*shared;
@@ -179,35 +192,43 @@ async fn list_pods(State(shared): State<Shared>, Query(q): Query<HashMap<String,
     drop(store_now);
     let last = past.last().map(|(v, _)| *v).unwrap_or(from);
     let state = (past.into_iter(), rx, last, selector);
-    let stream = futures_util::stream::unfold(state, |(mut past, mut rx, mut last, selector)| async move {
-        loop {
-            let (version, event) = match past.next() {
-                Some(e) => e,
-                None => match rx.recv().await {
-                    Ok(e) => e,
-                    Err(broadcast::error::RecvError::Lagged(_)) => continue,
-                    Err(broadcast::error::RecvError::Closed) => return None,
-                },
-            };
-            if version <= last && version != 0 {
-                continue;
+    let stream =
+        futures_util::stream::unfold(state, |(mut past, mut rx, mut last, selector)| async move {
+            loop {
+                let (version, event) = match past.next() {
+                    Some(e) => e,
+                    None => match rx.recv().await {
+                        Ok(e) => e,
+                        Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                        Err(broadcast::error::RecvError::Closed) => return None,
+                    },
+                };
+                if version <= last && version != 0 {
+                    continue;
+                }
+                last = version;
+                if !on_node(&event["object"], selector.as_ref()) {
+                    continue;
+                }
+                let mut line = serde_json::to_vec(&event).unwrap();
+                line.push(b'\n');
+                return Some((
+                    Ok::<_, std::io::Error>(Bytes::from(line)),
+                    (past, rx, last, selector),
+                ));
             }
-            last = version;
-            if !on_node(&event["object"], selector.as_ref()) {
-                continue;
-            }
-            let mut line = serde_json::to_vec(&event).unwrap();
-            line.push(b'\n');
-            return Some((Ok::<_, std::io::Error>(Bytes::from(line)), (past, rx, last, selector)));
-        }
-    });
+        });
     Response::builder()
         .header("content-type", "application/json")
         .body(Body::from_stream(stream))
         .unwrap()
 }
 
-async fn create_event(State(shared): State<Shared>, Path(_ns): Path<String>, Json(event): Json<Value>) -> Response {
+async fn create_event(
+    State(shared): State<Shared>,
+    Path(_ns): Path<String>,
+    Json(event): Json<Value>,
+) -> Response {
     shared.0.lock().unwrap().events.push(event.clone());
     (StatusCode::CREATED, Json(event)).into_response()
 }
@@ -230,7 +251,11 @@ async fn get_gpu(State(shared): State<Shared>, Path(name): Path<String>) -> Resp
 }
 
 /// Server-side apply by the only manager there is: the applied spec replaces the stored one.
-async fn apply_gpu(State(shared): State<Shared>, Path(name): Path<String>, body: Bytes) -> Response {
+async fn apply_gpu(
+    State(shared): State<Shared>,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> Response {
     let Ok(applied) = serde_json::from_slice::<Value>(&body) else {
         return (StatusCode::BAD_REQUEST, "not JSON").into_response();
     };
@@ -245,7 +270,11 @@ async fn apply_gpu(State(shared): State<Shared>, Path(name): Path<String>, body:
     Json(gpu.clone()).into_response()
 }
 
-async fn apply_gpu_status(State(shared): State<Shared>, Path(name): Path<String>, body: Bytes) -> Response {
+async fn apply_gpu_status(
+    State(shared): State<Shared>,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> Response {
     let Ok(applied) = serde_json::from_slice::<Value>(&body) else {
         return (StatusCode::BAD_REQUEST, "not JSON").into_response();
     };

@@ -77,6 +77,10 @@ pub struct Admitted {
     pub memory: ContainerAllocateResponse,
 }
 
+/// A resource's device list as ListAndWatch keeps it, and the registration count it was
+/// read under.
+type Followed = (usize, watch::Receiver<Vec<Device>>);
+
 /// The fake kubelet.
 pub struct FakeKubelet {
     pub dir: PathBuf,
@@ -88,7 +92,7 @@ pub struct FakeKubelet {
     allocated: Mutex<HashSet<String>>,
     admission: tokio::sync::Mutex<()>,
     /// Each resource's device list, with the registration count it was read under.
-    devices: Mutex<HashMap<Resource, (usize, watch::Receiver<Vec<Device>>)>>,
+    devices: Mutex<HashMap<Resource, Followed>>,
 }
 
 fn serve_registration(dir: &Path, registrations: Registrations) -> JoinHandle<()> {
@@ -122,7 +126,10 @@ impl FakeKubelet {
             pod_resources: pod_resources.to_path_buf(),
             registration_server: Mutex::new(Some(serve_registration(dir, registrations.clone()))),
             registrations,
-            pod_resources_server: Mutex::new(Some(serve_pod_resources(pod_resources, pod_store.clone()))),
+            pod_resources_server: Mutex::new(Some(serve_pod_resources(
+                pod_resources,
+                pod_store.clone(),
+            ))),
             pod_store,
             allocated: Mutex::new(HashSet::new()),
             admission: tokio::sync::Mutex::new(()),
@@ -175,12 +182,17 @@ impl FakeKubelet {
 
     /// Answers on the pod-resources socket again.
     pub fn start_pod_resources(&self) {
-        *self.pod_resources_server.lock().unwrap() =
-            Some(serve_pod_resources(&self.pod_resources, self.pod_store.clone()));
+        *self.pod_resources_server.lock().unwrap() = Some(serve_pod_resources(
+            &self.pod_resources,
+            self.pod_store.clone(),
+        ));
     }
 
     /// A client of the plugin's socket for `resource`, as registered.
-    pub async fn plugin(&self, resource: Resource) -> DevicePluginClient<tonic::transport::Channel> {
+    pub async fn plugin(
+        &self,
+        resource: Resource,
+    ) -> DevicePluginClient<tonic::transport::Channel> {
         let endpoint = self
             .registrations()
             .iter()
@@ -188,7 +200,9 @@ impl FakeKubelet {
             .find(|r| r.resource_name == resource.name())
             .map(|r| r.endpoint.clone())
             .expect("the resource registered");
-        let channel = tessera_k8s::uds::connect(&self.dir.join(endpoint)).await.unwrap();
+        let channel = tessera_k8s::uds::connect(&self.dir.join(endpoint))
+            .await
+            .unwrap();
         DevicePluginClient::new(channel)
     }
 
@@ -203,7 +217,11 @@ impl FakeKubelet {
         }
         let mut client = self.plugin(resource).await;
         let mut stream = client.list_and_watch(Empty {}).await.unwrap().into_inner();
-        let first = stream.message().await.unwrap().expect("a first device list");
+        let first = stream
+            .message()
+            .await
+            .unwrap()
+            .expect("a first device list");
         let (tx, rx) = watch::channel(first.devices);
         tokio::spawn(async move {
             while let Ok(Some(list)) = stream.message().await {
@@ -212,7 +230,10 @@ impl FakeKubelet {
                 }
             }
         });
-        self.devices.lock().unwrap().insert(resource, (registered, rx.clone()));
+        self.devices
+            .lock()
+            .unwrap()
+            .insert(resource, (registered, rx.clone()));
         rx
     }
 
@@ -223,7 +244,10 @@ impl FakeKubelet {
             let _one_at_a_time = self.admission.lock().await;
             let mut ids = HashMap::new();
             let mut answers = HashMap::new();
-            for (resource, size) in [(Resource::Core, ask.core), (Resource::Memory, ask.memory_gib)] {
+            for (resource, size) in [
+                (Resource::Core, ask.core),
+                (Resource::Memory, ask.memory_gib),
+            ] {
                 let devices = self.devices(resource).await.borrow().clone();
                 let available: Vec<String> = {
                     let allocated = self.allocated.lock().unwrap();
@@ -234,7 +258,11 @@ impl FakeKubelet {
                         .collect()
                 };
                 if available.len() < size {
-                    return Err(format!("the node has {} free {} IDs", available.len(), resource.name()));
+                    return Err(format!(
+                        "the node has {} free {} IDs",
+                        available.len(),
+                        resource.name()
+                    ));
                 }
                 let mut client = self.plugin(resource).await;
                 let preferred = client
@@ -249,8 +277,15 @@ impl FakeKubelet {
                     .map_err(|e| e.message().to_string())?
                     .into_inner();
                 let chosen = preferred.container_responses[0].device_i_ds.clone();
-                assert_eq!(chosen.len(), size, "the preferred allocation has the asked size");
-                assert!(chosen.iter().all(|id| available.contains(id)), "preferred only available IDs");
+                assert_eq!(
+                    chosen.len(),
+                    size,
+                    "the preferred allocation has the asked size"
+                );
+                assert!(
+                    chosen.iter().all(|id| available.contains(id)),
+                    "preferred only available IDs"
+                );
                 let answer = client
                     .allocate(AllocateRequest {
                         container_requests: vec![ContainerAllocateRequest {
@@ -261,7 +296,10 @@ impl FakeKubelet {
                     .map_err(|e| e.message().to_string())?
                     .into_inner();
                 assert_eq!(answer.container_responses.len(), 1);
-                self.allocated.lock().unwrap().extend(chosen.iter().cloned());
+                self.allocated
+                    .lock()
+                    .unwrap()
+                    .extend(chosen.iter().cloned());
                 ids.insert(resource, chosen);
                 answers.insert(resource, answer.container_responses[0].clone());
             }

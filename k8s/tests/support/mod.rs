@@ -141,8 +141,9 @@ impl Cluster {
     pub async fn start_plugin(&mut self) {
         let before = self.kubelet.registrations().len();
         self.plugin_runs += 1;
-        let log = std::fs::File::create(self.dir.0.join(format!("plugin-{}.log", self.plugin_runs)))
-            .unwrap();
+        let log =
+            std::fs::File::create(self.dir.0.join(format!("plugin-{}.log", self.plugin_runs)))
+                .unwrap();
         let mut cmd = self.sim.command(env!("CARGO_BIN_EXE_tessera-k8s"));
         cmd.env("KUBECONFIG", self.dir.0.join("kubeconfig"))
             .env("TESSERA_LOG", "debug")
@@ -203,7 +204,9 @@ where
 }
 
 /// The controld container an Allocate answer set up: the name in its region path.
-pub fn container_of(answer: &tessera_k8s::proto::deviceplugin::ContainerAllocateResponse) -> String {
+pub fn container_of(
+    answer: &tessera_k8s::proto::deviceplugin::ContainerAllocateResponse,
+) -> String {
     let region = &answer.envs["TESSERA_REGION"];
     Path::new(region)
         .file_stem()
