@@ -51,6 +51,10 @@ struct PluginArgs {
     /// How often the GPU objects' status is refreshed, in milliseconds.
     #[arg(long, default_value_t = 10000)]
     publish_interval_ms: u64,
+    /// Write a CDI spec per shared container here (like /var/run/cdi) and answer Allocate
+    /// with its CDI device name, for runtimes with CDI enabled.
+    #[arg(long)]
+    cdi_dir: Option<PathBuf>,
 }
 
 /// Runs the command line; returns the exit code.
@@ -72,6 +76,7 @@ pub fn main() -> i32 {
                 health_interval: Duration::from_millis(a.health_interval_ms.max(1)),
                 reconcile_interval: Duration::from_millis(a.reconcile_interval_ms.max(1)),
                 publish_interval: Duration::from_millis(a.publish_interval_ms.max(1)),
+                cdi_dir: a.cdi_dir,
             };
             let runtime = match tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(2)

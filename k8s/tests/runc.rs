@@ -16,7 +16,7 @@ use std::time::Duration;
 use support::fake_kubelet::PodAsk;
 use support::{Cluster, GIB, NODE};
 use tessera_k8s::ids::DeviceId;
-use tessera_k8s::proto::deviceplugin::ContainerAllocateResponse;
+use tessera_k8s::proto::deviceplugin::{ContainerAllocateResponse, DeviceSpec, Mount};
 use tessera_tests::{artifacts, run_with_timeout, stdout_json};
 
 const MIB: u64 = 1 << 20;
@@ -139,16 +139,20 @@ fn bundle(
     dir.to_path_buf()
 }
 
-/// `runc run` of a bundle; its stdout as JSON.
-fn runc(cluster: &Cluster, bundle: &Path, id: &str) -> Value {
+/// `runc run` of a bundle.
+fn runc_output(cluster: &Cluster, bundle: &Path, id: &str) -> std::process::Output {
     let mut cmd = Command::new("runc");
     cmd.arg("--root")
         .arg(cluster.dir.0.join("runc"))
         .args(["run", "--bundle"])
         .arg(bundle)
         .arg(id);
-    let out = run_with_timeout(&mut cmd, Duration::from_secs(120));
-    stdout_json(&out, &format!("runc run {id}"))
+    run_with_timeout(&mut cmd, Duration::from_secs(120))
+}
+
+/// `runc run` of a bundle; its stdout as JSON.
+fn runc(cluster: &Cluster, bundle: &Path, id: &str) -> Value {
+    stdout_json(&runc_output(cluster, bundle, id), &format!("runc run {id}"))
 }
 
 /// A character device node, as the NVIDIA driver makes them.
@@ -171,14 +175,124 @@ fn mknod(path: &Path, major: u32, minor: u32) {
     );
 }
 
+/// Whether runc can run here; if not, says why (and fails in CI, which must run it).
+fn runc_usable(test: &str) -> bool {
+    let Some(why) = runc_missing() else {
+        return true;
+    };
+    // CI runs as root with runc installed by .ci/run: there it must run.
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    assert!(!(root && std::env::var_os("CI").is_some()), "{why}");
+    eprintln!("{test}: not run: {why}");
+    false
+}
+
+/// A CDI spec's edits of one device, as an Allocate answer would carry them.
+fn cdi_edits(spec: &Value, device: &str) -> ContainerAllocateResponse {
+    let device = spec["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["name"] == device)
+        .unwrap_or_else(|| panic!("no device {device} in {spec}"));
+    let edits = &device["containerEdits"];
+    let mut answer = ContainerAllocateResponse::default();
+    for e in edits["env"].as_array().unwrap() {
+        let (k, v) = e.as_str().unwrap().split_once('=').unwrap();
+        answer.envs.insert(k.into(), v.into());
+    }
+    for m in edits["mounts"].as_array().unwrap() {
+        answer.mounts.push(Mount {
+            host_path: m["hostPath"].as_str().unwrap().into(),
+            container_path: m["containerPath"].as_str().unwrap().into(),
+            read_only: m["options"].as_array().unwrap().iter().any(|o| o == "ro"),
+        });
+    }
+    for d in edits["deviceNodes"].as_array().unwrap() {
+        answer.devices.push(DeviceSpec {
+            host_path: d["hostPath"].as_str().unwrap().into(),
+            container_path: d["path"].as_str().unwrap().into(),
+            permissions: d["permissions"].as_str().unwrap().into(),
+        });
+    }
+    answer
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runc_runs_containers_from_the_plugins_cdi_specs() {
+    if !runc_usable("runc_runs_containers_from_the_plugins_cdi_specs") {
+        return;
+    }
+    let cdi = std::env::temp_dir().join(format!("tk-cdi-{}", std::process::id()));
+    let cluster = Cluster::start_with("cdi", &["--cdi-dir", cdi.to_str().unwrap()]).await;
+    for (pod, priority, board) in [
+        ("online", "online", "writable"),
+        ("offline", "offline", "read-only"),
+    ] {
+        cluster
+            .api
+            .put_pod("ml", pod, NODE, &[("tessera.dev/priority", priority)]);
+        let admitted = cluster
+            .kubelet
+            .run_pod(&PodAsk {
+                namespace: "ml".into(),
+                name: pod.into(),
+                core: 20,
+                memory_gib: 3,
+            })
+            .await
+            .unwrap();
+        // The answer names the CDI device only; PreStart wrote its spec.
+        let name = tessera_k8s::ids::container_name(&admitted.core_ids);
+        let cdi_names: Vec<&str> = admitted
+            .core
+            .cdi_devices
+            .iter()
+            .map(|d| d.name.as_str())
+            .collect();
+        assert_eq!(cdi_names, [format!("tessera.dev/container={name}")]);
+        assert!(admitted.core.envs.is_empty() && admitted.core.mounts.is_empty());
+        let file = cdi.join(format!("tessera-{name}.json"));
+        let spec: Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+        assert_eq!(spec["kind"], "tessera.dev/container");
+        let edits = cdi_edits(&spec, &name);
+        let index = cluster
+            .containers()
+            .await
+            .iter()
+            .find(|c| c.spec.name.as_str() == name)
+            .unwrap()
+            .spec
+            .gpus
+            .as_slice()[0];
+        let script = format!(
+            "if [ -w /run/tessera/board ]; then echo board=writable >&2; else echo board=read-only >&2; fi; exec gpuload info --device {index}"
+        );
+        let dir = cluster.dir.0.join(format!("b-{pod}"));
+        let b = bundle(&cluster, &dir, &edits, &["/bin/sh", "-c", &script]);
+        let out = runc_output(&cluster, &b, &format!("tk-{pod}-{}", std::process::id()));
+        let report = stdout_json(&out, "gpuload info in runc");
+        assert_eq!(report["total"].as_u64(), Some(3 * GIB), "{report}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains(&format!("board={board}")),
+            "{pod}: {stderr}"
+        );
+        // The pod goes: its spec with it.
+        cluster.api.delete_pod("ml", pod);
+        cluster.kubelet.remove_pod("ml", pod);
+        support::wait_until(Duration::from_secs(5), "the CDI spec removed", || async {
+            !file.exists()
+        })
+        .await;
+    }
+    let _ = std::fs::remove_dir_all(&cdi);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn runc_runs_a_container_from_the_allocate_answer() {
-    if let Some(why) = runc_missing() {
-        // CI runs as root with runc installed by .ci/run: there it must run.
-        // SAFETY: geteuid has no preconditions.
-        let root = unsafe { libc::geteuid() } == 0;
-        assert!(!(root && std::env::var_os("CI").is_some()), "{why}");
-        eprintln!("runc_runs_a_container_from_the_allocate_answer: not run: {why}");
+    if !runc_usable("runc_runs_a_container_from_the_allocate_answer") {
         return;
     }
     let cluster = Cluster::start("runc").await;

@@ -16,7 +16,7 @@
 use super::Config;
 use crate::cards::Card;
 use crate::ids::{container_name, DeviceId, Resource, CORES_PER_GPU};
-use crate::proto::deviceplugin::{ContainerAllocateResponse, DeviceSpec, Mount};
+use crate::proto::deviceplugin::{CdiDevice, ContainerAllocateResponse, DeviceSpec, Mount};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
@@ -101,8 +101,28 @@ pub fn is_whole(count: usize) -> bool {
     count >= CORES_PER_GPU as usize && count.is_multiple_of(CORES_PER_GPU as usize)
 }
 
-/// The answer for one container's IDs of `resource`.
+/// The answer for one container's IDs of `resource`: with a CDI dir, a shared container's
+/// answer names its CDI device only.
 pub fn answer(
+    config: &Config,
+    cards: &[Card],
+    resource: Resource,
+    ids: &[String],
+) -> Result<ContainerAllocateResponse, AllocateError> {
+    let full = edits(config, cards, resource, ids)?;
+    if config.cdi_dir.is_none() || resource == Resource::Memory || is_whole(ids.len()) {
+        return Ok(full);
+    }
+    Ok(ContainerAllocateResponse {
+        cdi_devices: vec![CdiDevice {
+            name: super::cdi::device_name(&container_name(ids)),
+        }],
+        ..Default::default()
+    })
+}
+
+/// What a container that got `ids` needs: variables, mounts and device nodes.
+pub fn edits(
     config: &Config,
     cards: &[Card],
     resource: Resource,

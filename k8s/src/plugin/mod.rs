@@ -10,6 +10,7 @@
 //!   holders after a restart; [`resize`] follows the annotations of running pods.
 
 pub mod allocate;
+pub mod cdi;
 pub mod holders;
 pub mod prefer;
 pub mod prestart;
@@ -47,6 +48,9 @@ pub struct Config {
     pub reconcile_interval: Duration,
     /// How often the GPU objects are refreshed (they are also on every change).
     pub publish_interval: Duration,
+    /// Where to write CDI specs, when the runtime reads them: then Allocate answers name a
+    /// CDI device instead of listing mounts.
+    pub cdi_dir: Option<PathBuf>,
 }
 
 impl Config {

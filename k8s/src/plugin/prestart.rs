@@ -174,7 +174,7 @@ async fn prepare(node: &Node, holding: &Holding, ask: &PodAsk) -> Result<(), Str
         }
         holders.insert(holder.clone());
     }
-    let created = create(node, &holder, card.index, ask).await;
+    let created = create(node, &holder, &holding.core, card.index, ask).await;
     if let Err(e) = created {
         node.holders.lock().expect("holders lock").remove(&name);
         return Err(format!("container {} refused: {e}", who(holding)));
@@ -209,7 +209,13 @@ pub fn limit(holding: &Holding, ask: &PodAsk, requested: u64) -> Result<u64, Str
 
 /// controld's container for `holder`, added or (a restarted container of the same pod)
 /// updated, and its board link.
-async fn create(node: &Node, holder: &Holder, gpu: u32, ask: &PodAsk) -> Result<(), String> {
+async fn create(
+    node: &Node,
+    holder: &Holder,
+    core_ids: &[String],
+    gpu: u32,
+    ask: &PodAsk,
+) -> Result<(), String> {
     let spec = ContainerSpec {
         name: ContainerName::new(&holder.name).map_err(|e| e.to_string())?,
         gpus: Gpus::new(vec![gpu]).map_err(|e| e.to_string())?,
@@ -232,12 +238,23 @@ async fn create(node: &Node, holder: &Holder, gpu: u32, ask: &PodAsk) -> Result<
     } else {
         node.controld.add(spec).await.map_err(|e| e.to_string())?;
     }
-    link_board(
-        node,
-        &holder.name,
-        ask.priority == tessera_controld::policy::Priority::Online,
-    )
-    .map_err(|e| format!("cannot link the board for {}: {e}", holder.name))
+    let online = ask.priority == tessera_controld::policy::Priority::Online;
+    link_board(node, &holder.name, online)
+        .map_err(|e| format!("cannot link the board for {}: {e}", holder.name))?;
+    if let Some(dir) = &node.config.cdi_dir {
+        let edits =
+            super::allocate::edits(&node.config, &node.cards.list, Resource::Core, core_ids)
+                .map_err(|e| e.to_string())?;
+        let spec = super::cdi::spec(&node.config, &holder.name, &edits, online);
+        super::cdi::write(dir, &holder.name, &spec).map_err(|e| {
+            format!(
+                "cannot write the CDI spec of {} in {}: {e}",
+                holder.name,
+                dir.display()
+            )
+        })?;
+    }
+    Ok(())
 }
 
 /// Points the container's board mount at the node's board (online) or at an empty file.
@@ -257,9 +274,10 @@ fn link_board(node: &Node, name: &str, online: bool) -> std::io::Result<()> {
     std::os::unix::fs::symlink(target, link)
 }
 
-/// Removes a container's board link.
+/// Removes what the plugin made for a container: its board link and CDI spec.
 pub fn unlink_board(node: &Node, name: &str) {
     let _ = std::fs::remove_file(board_link(&node.config, name));
+    super::cdi::remove(&node.config, name);
 }
 
 fn same_ids(held: &[String], ids: &[String]) -> bool {

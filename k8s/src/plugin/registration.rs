@@ -24,9 +24,14 @@ const POLL: Duration = Duration::from_millis(200);
 /// How long to wait before trying a failed registration again.
 const RETRY: Duration = Duration::from_secs(1);
 
-/// A file's identity: a recreated socket has a new one.
-fn identity(path: &Path) -> Option<(u64, u64)> {
-    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+/// A file's identity: a recreated socket has a new one. The inode number alone may be
+/// reused at once by the file system; its change time is new.
+type Identity = (u64, u64, i64, i64);
+
+fn identity(path: &Path) -> Option<Identity> {
+    std::fs::metadata(path)
+        .ok()
+        .map(|m| (m.dev(), m.ino(), m.ctime(), m.ctime_nsec()))
 }
 
 /// Serves and registers until the process ends.
@@ -99,7 +104,7 @@ fn serve(node: &Arc<Node>) -> std::io::Result<Vec<JoinHandle<()>>> {
 
 /// Registers both resources, trying until the kubelet accepts; returns the identity of the
 /// `kubelet.sock` that accepted.
-async fn register_all(kubelet: &Path) -> Option<(u64, u64)> {
+async fn register_all(kubelet: &Path) -> Option<Identity> {
     loop {
         let before = identity(kubelet);
         if before.is_some() {

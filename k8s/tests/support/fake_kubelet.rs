@@ -172,6 +172,16 @@ impl FakeKubelet {
             Some(serve_registration(&self.dir, self.registrations.clone()));
     }
 
+    /// Only `kubelet.sock` deleted and served anew (the plugin's sockets stay).
+    pub fn recreate_socket(&self) {
+        if let Some(server) = self.registration_server.lock().unwrap().take() {
+            server.abort();
+        }
+        let _ = std::fs::remove_file(self.dir.join("kubelet.sock"));
+        *self.registration_server.lock().unwrap() =
+            Some(serve_registration(&self.dir, self.registrations.clone()));
+    }
+
     /// Stops answering on the pod-resources socket (and removes it).
     pub fn stop_pod_resources(&self) {
         if let Some(server) = self.pod_resources_server.lock().unwrap().take() {

@@ -80,11 +80,17 @@ pub struct Cluster {
     daemon: Process,
     plugin: Option<Process>,
     plugin_runs: u32,
+    extra_args: Vec<String>,
 }
 
 impl Cluster {
     /// Two A100-40GB, controld, the fakes and the plugin (registered).
     pub async fn start(what: &str) -> Cluster {
+        Cluster::start_with(what, &[]).await
+    }
+
+    /// Like [`Cluster::start`], with more arguments for the plugin.
+    pub async fn start_with(what: &str, extra_args: &[&str]) -> Cluster {
         let dir = TempDir::new(what);
         let faults = dir.0.join("faults");
         let sim = SimNode::new(
@@ -118,6 +124,7 @@ impl Cluster {
             daemon,
             plugin: None,
             plugin_runs: 0,
+            extra_args: extra_args.iter().map(|a| a.to_string()).collect(),
         };
         cluster.start_plugin().await;
         cluster
@@ -162,6 +169,7 @@ impl Cluster {
             .args(["--health-interval-ms", "100"])
             .args(["--reconcile-interval-ms", "200"])
             .args(["--publish-interval-ms", "500"])
+            .args(&self.extra_args)
             .stdout(Stdio::null())
             .stderr(log);
         self.plugin = Some(Process(cmd.spawn().expect("start tessera-k8s")));
