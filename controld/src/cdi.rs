@@ -14,8 +14,9 @@ use std::path::Path;
 
 /// The CDI kind: `vendor/class` of every device in the spec.
 pub const KIND: &str = "tessera.dev/container";
-/// The spec version written; the fields used are all in it.
-pub const CDI_VERSION: &str = "0.6.0";
+/// The spec version written: the oldest that runtimes still read (podman 4.3 on) with every
+/// field used here.
+pub const CDI_VERSION: &str = "0.5.0";
 /// Where the library is mounted inside the container.
 pub const CONTAINER_LIBRARY: &str = "/usr/lib/tessera/libtessera.so";
 
