@@ -136,6 +136,10 @@ async fn fifty_pairs_of_concurrent_pods_get_their_own_limits_and_cards() {
                 .find(|c| c.spec.name.as_str() == name)
                 .unwrap_or_else(|| panic!("round {round}: no container {name} for {pod}"));
             let uuid = DeviceId::parse(&admitted.core_ids[0]).unwrap().uuid;
+            // The preferred allocation kept its core and memory IDs on one card.
+            for id in admitted.core_ids.iter().chain(&admitted.memory_ids) {
+                assert_eq!(DeviceId::parse(id).unwrap().uuid, uuid, "round {round}: {pod}: {id}");
+            }
             assert_eq!(admitted.core.envs["NVIDIA_VISIBLE_DEVICES"], uuid);
             assert_eq!(
                 container.spec.gpus.as_slice(),
