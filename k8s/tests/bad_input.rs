@@ -7,6 +7,7 @@ mod support;
 use std::time::Duration;
 use support::fake_kubelet::PodAsk;
 use support::{container_of, wait_until, Cluster, NODE};
+use tessera_k8s::ids::DeviceId;
 
 const NS: &str = "lab";
 
@@ -77,6 +78,38 @@ async fn bad_annotations_and_oversized_requests_are_refused_alone() {
         err.contains("above its tessera.dev/gpu-memory request"),
         "{err}"
     );
+
+    // The scheduler's card annotation names another card than the kubelet's IDs: the good
+    // pod's, which the pods above have filled (30 + 30 + 30 + 10 %).
+    let other = DeviceId::parse(&good.core_ids[0]).unwrap().uuid;
+    cluster
+        .api
+        .put_pod(NS, "moved", NODE, &[("tessera.dev/gpu", &other)]);
+    let err = cluster
+        .kubelet
+        .run_pod(&ask("moved", 10, 2))
+        .await
+        .unwrap_err();
+    assert!(
+        err.contains(&format!("the scheduler chose {other}")),
+        "{err}"
+    );
+
+    // Memory without core, core without memory.
+    cluster.api.put_pod(NS, "memonly", NODE, &[]);
+    let err = cluster
+        .kubelet
+        .run_pod(&ask("memonly", 0, 2))
+        .await
+        .unwrap_err();
+    assert!(err.contains("without tessera.dev/gpu-core"), "{err}");
+    cluster.api.put_pod(NS, "coreonly", NODE, &[]);
+    let err = cluster
+        .kubelet
+        .run_pod(&ask("coreonly", 10, 0))
+        .await
+        .unwrap_err();
+    assert!(err.contains("without tessera.dev/gpu-memory"), "{err}");
 
     // Nothing else moved: only the good pod's container, with its limits.
     let containers = cluster.containers().await;

@@ -138,7 +138,11 @@ async fn fifty_pairs_of_concurrent_pods_get_their_own_limits_and_cards() {
             let uuid = DeviceId::parse(&admitted.core_ids[0]).unwrap().uuid;
             // The preferred allocation kept its core and memory IDs on one card.
             for id in admitted.core_ids.iter().chain(&admitted.memory_ids) {
-                assert_eq!(DeviceId::parse(id).unwrap().uuid, uuid, "round {round}: {pod}: {id}");
+                assert_eq!(
+                    DeviceId::parse(id).unwrap().uuid,
+                    uuid,
+                    "round {round}: {pod}: {id}"
+                );
             }
             assert_eq!(admitted.core.envs["NVIDIA_VISIBLE_DEVICES"], uuid);
             assert_eq!(
@@ -208,4 +212,64 @@ async fn fifty_pairs_of_concurrent_pods_get_their_own_limits_and_cards() {
         assert_eq!(gpu["status"]["allocated"]["core"], 0);
         assert_eq!(gpu["status"]["pods"], 0);
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hundred_is_a_whole_card_without_caps() {
+    let cluster = Cluster::start("whole").await;
+    cluster.api.put_pod(NS, "trainer", NODE, &[]);
+    let admitted = cluster
+        .kubelet
+        .run_pod(&ask("trainer", 100, 0))
+        .await
+        .unwrap();
+    let uuid = DeviceId::parse(&admitted.core_ids[0]).unwrap().uuid;
+    assert!(
+        admitted
+            .core_ids
+            .iter()
+            .all(|id| id.starts_with(uuid.as_str())),
+        "one whole card"
+    );
+    assert_eq!(admitted.core.envs["NVIDIA_VISIBLE_DEVICES"], uuid);
+    assert!(
+        !admitted.core.envs.contains_key("TESSERA_REGION"),
+        "no region"
+    );
+    assert!(admitted.core.mounts.is_empty(), "no preload");
+    assert!(
+        cluster.containers().await.is_empty(),
+        "no controld container"
+    );
+    // Its card lists it, with all its core and memory.
+    wait_until(
+        Duration::from_secs(10),
+        "the whole card's holder",
+        || async {
+            cluster.api.gpus().values().any(|g| {
+                g["spec"]["uuid"] == uuid.as_str()
+                    && g["status"]["allocated"]["core"] == 100
+                    && g["status"]["allocated"]["memory"].as_u64() == Some(40 * GIB)
+                    && g["status"]["holders"][0]["pod"] == "trainer"
+                    && g["status"]["holders"][0]["policy"] == "whole"
+            })
+        },
+    )
+    .await;
+    // A share goes to the other card.
+    cluster.api.put_pod(NS, "share", NODE, &[]);
+    let share = cluster.kubelet.run_pod(&ask("share", 50, 4)).await.unwrap();
+    assert!(!share.core_ids[0].starts_with(uuid.as_str()));
+    cluster.api.delete_pod(NS, "trainer");
+    cluster.kubelet.remove_pod(NS, "trainer");
+    wait_until(
+        Duration::from_secs(10),
+        "the whole card is free again",
+        || async {
+            cluster.api.gpus().values().all(|g| {
+                g["spec"]["uuid"] != uuid.as_str() || g["status"]["allocated"]["core"] == 0
+            })
+        },
+    )
+    .await;
 }

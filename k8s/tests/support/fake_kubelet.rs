@@ -258,6 +258,12 @@ impl FakeKubelet {
                 (Resource::Core, ask.core),
                 (Resource::Memory, ask.memory_gib),
             ] {
+                // A resource the container does not ask for is not called at all.
+                if size == 0 {
+                    ids.insert(resource, Vec::new());
+                    answers.insert(resource, ContainerAllocateResponse::default());
+                    continue;
+                }
                 let devices = self.devices(resource).await.borrow().clone();
                 let available: Vec<String> = {
                     let allocated = self.allocated.lock().unwrap();
@@ -320,16 +326,14 @@ impl FakeKubelet {
                 namespace: ask.namespace.clone(),
                 containers: vec![ContainerResources {
                     name: "main".into(),
-                    devices: vec![
-                        ContainerDevices {
-                            resource_name: Resource::Core.name().into(),
-                            device_ids: core_ids.clone(),
-                        },
-                        ContainerDevices {
-                            resource_name: Resource::Memory.name().into(),
-                            device_ids: memory_ids.clone(),
-                        },
-                    ],
+                    devices: [(Resource::Core, &core_ids), (Resource::Memory, &memory_ids)]
+                        .into_iter()
+                        .filter(|(_, ids)| !ids.is_empty())
+                        .map(|(resource, ids)| ContainerDevices {
+                            resource_name: resource.name().into(),
+                            device_ids: ids.clone(),
+                        })
+                        .collect(),
                 }],
             });
             Admitted {
@@ -343,6 +347,9 @@ impl FakeKubelet {
             (Resource::Memory, &admitted.memory_ids),
             (Resource::Core, &admitted.core_ids),
         ] {
+            if ids.is_empty() {
+                continue;
+            }
             self.plugin(resource)
                 .await
                 .pre_start_container(PreStartContainerRequest {
