@@ -18,6 +18,8 @@ pub struct Card {
     pub model: String,
     /// Device memory in bytes.
     pub memory: u64,
+    /// Streaming multiprocessors, where NVML tells.
+    pub sms: Option<u32>,
 }
 
 impl Card {
@@ -55,6 +57,7 @@ impl Cards {
             .into_iter()
             .map(|gpu| Card {
                 index: gpu.index,
+                sms: nvml.sms(gpu.index),
                 uuid: gpu.uuid,
                 model: gpu.name,
                 memory: gpu.memory_total,

@@ -73,6 +73,7 @@ async fn fifty_pairs_of_concurrent_pods_get_their_own_limits_and_cards() {
     for gpu in cluster.api.gpus().values() {
         assert_eq!(gpu["spec"]["node"], NODE);
         assert_eq!(gpu["spec"]["memory"].as_u64(), Some(40 * GIB));
+        assert_eq!(gpu["spec"]["sms"], 108, "an A100's SMs, from NVML");
         assert_eq!(gpu["status"]["allocatable"]["core"], 100);
     }
 

@@ -63,7 +63,7 @@ async fn publish_specs(node: &Node, api: &Api<GPU>) -> Result<(), kube::Error> {
                 uuid: card.uuid.clone(),
                 model: card.model.clone(),
                 memory: card.memory,
-                sms: None,
+                sms: card.sms,
             },
         );
         api.patch(&object_name(&card.uuid), &params(), &Patch::Apply(&gpu))
