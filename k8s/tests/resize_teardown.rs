@@ -176,11 +176,32 @@ async fn a_restarted_plugin_rebuilds_its_state_without_loss_or_double_count() {
     })
     .await;
 
-    // The plugin dies; meanwhile one pod goes.
+    // The plugin dies; meanwhile one pod goes, and the API server holds a GPU object of this
+    // node for a card it no longer has, and one of another node.
     cluster.kill_plugin();
     cluster.api.delete_pod(NS, "go");
     cluster.kubelet.remove_pod(NS, "go");
+    let stale = |node: &str, uuid: &str| {
+        serde_json::json!({
+            "apiVersion": "tessera.dev/v1alpha1", "kind": "GPU",
+            "metadata": {"name": uuid.to_lowercase()},
+            "spec": {"node": node, "index": 7, "uuid": uuid, "model": "gone", "memory": 1},
+        })
+    };
+    cluster.api.put_gpu("gpu-gone", stale(NODE, "GPU-gone"));
+    cluster
+        .api
+        .put_gpu("gpu-elsewhere", stale("node-b", "GPU-elsewhere"));
     cluster.start_plugin().await;
+    wait_until(
+        Duration::from_secs(10),
+        "the gone card's object deleted",
+        || async {
+            let gpus = cluster.api.gpus();
+            !gpus.contains_key("gpu-gone") && gpus.contains_key("gpu-elsewhere")
+        },
+    )
+    .await;
     wait_until(
         Duration::from_secs(5),
         "the gone pod's container removed",
@@ -198,6 +219,7 @@ async fn a_restarted_plugin_rebuilds_its_state_without_loss_or_double_count() {
         .api
         .gpus()
         .values()
+        .filter(|g| g["spec"]["node"] == NODE)
         .map(|g| {
             (
                 g["status"]["allocated"]["core"].as_u64().unwrap(),

@@ -121,6 +121,16 @@ impl FakeApi {
         self.shared.0.lock().unwrap().events.clone()
     }
 
+    /// Stores a GPU object as another writer left it.
+    pub fn put_gpu(&self, name: &str, gpu: Value) {
+        self.shared
+            .0
+            .lock()
+            .unwrap()
+            .gpus
+            .insert(name.to_string(), gpu);
+    }
+
     /// Every GPU object, by name.
     pub fn gpus(&self) -> BTreeMap<String, Value> {
         self.shared.0.lock().unwrap().gpus.clone()
