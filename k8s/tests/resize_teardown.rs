@@ -60,12 +60,13 @@ async fn annotations_resize_a_running_pod_and_deletion_removes_it() {
             ("tessera.dev/memory-limit", "3GiB"),
         ],
     );
-    wait_until(
+    let took = wait_until(
         Duration::from_secs(1),
         "the cap follows the annotation",
         || async { region.memory_cap(device as usize) == Some(3 * GIB) },
     )
     .await;
+    eprintln!("the cap followed the annotation in {took:?}");
     assert_eq!(total_seen(&cluster, &region_path, device), 3 * GIB);
 
     // The compute annotation too.
@@ -138,12 +139,13 @@ async fn annotations_resize_a_running_pod_and_deletion_removes_it() {
     // The pod goes: its container and region within 5 s.
     cluster.api.delete_pod(NS, "web");
     cluster.kubelet.remove_pod(NS, "web");
-    wait_until(
+    let took = wait_until(
         Duration::from_secs(5),
         "the container is removed",
         || async { cluster.containers().await.is_empty() },
     )
     .await;
+    eprintln!("the container was removed {took:?} after its pod");
     assert!(!region_path.exists(), "its region is freed");
 }
 
