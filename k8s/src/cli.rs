@@ -5,6 +5,9 @@ use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use std::time::Duration;
 
+/// Where the node's `libtessera.so` is by default (where `deploy/node.yaml` installs it).
+pub const DEFAULT_LIBRARY: &str = "/usr/local/lib/tessera/libtessera.so";
+
 /// Tessera on Kubernetes.
 #[derive(Debug, Parser)]
 #[command(name = "tessera-k8s", version, about)]
@@ -37,7 +40,7 @@ struct PluginArgs {
     #[arg(long, env = "NODE_NAME")]
     node_name: String,
     /// libtessera.so on the host, mounted read-only into each shared container.
-    #[arg(long, default_value = "/usr/local/lib/tessera/libtessera.so")]
+    #[arg(long, default_value = DEFAULT_LIBRARY)]
     library: PathBuf,
     /// Where the host's NVIDIA device nodes are.
     #[arg(long, default_value = "/dev")]
