@@ -1,6 +1,7 @@
 //! Pods, read from the API server, and the events the plugin leaves on them.
 
 use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, PostParams};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -23,6 +24,8 @@ pub async fn warn(client: &kube::Client, node: &str, pod: &Pod, reason: &str, me
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_nanos())
         .unwrap_or(0);
+    // When, for `kubectl describe pod` to order and age it.
+    let now = Some(Time(k8s_openapi::chrono::Utc::now()));
     let event = Event {
         metadata: kube::api::ObjectMeta {
             name: Some(format!("{pod_name}.{nanos:x}")),
@@ -41,6 +44,8 @@ pub async fn warn(client: &kube::Client, node: &str, pod: &Pod, reason: &str, me
         message: Some(message.into()),
         type_: Some("Warning".into()),
         count: Some(1),
+        first_timestamp: now.clone(),
+        last_timestamp: now,
         source: Some(EventSource {
             component: Some(COMPONENT.into()),
             host: Some(node.into()),

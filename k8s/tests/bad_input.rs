@@ -24,6 +24,7 @@ fn event_about(cluster: &Cluster, pod: &str, words: &str) -> bool {
     cluster.api.events().iter().any(|e| {
         e["involvedObject"]["name"] == pod
             && e["type"] == "Warning"
+            && e["firstTimestamp"].is_string()
             && e["message"].as_str().unwrap_or_default().contains(words)
     })
 }
