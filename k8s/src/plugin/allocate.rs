@@ -68,6 +68,9 @@ pub enum AllocateError {
     /// An ID of the other resource.
     #[error("device ID {0} is not a {1} ID")]
     WrongResource(String, &'static str),
+    /// Whole cards, but not all of each card's IDs.
+    #[error("a request of {0} tessera.dev/gpu-core is {n} whole cards, but the kubelet gave IDs on {1}, not all 100 of each", n = .0 / 100)]
+    PartialCards(usize, String),
     /// A share spread over cards.
     #[error("a request of {0} tessera.dev/gpu-core below whole cards must lie on one card, but the kubelet gave IDs on {1}; ask for 100 per whole card")]
     Spread(usize, String),
@@ -139,6 +142,9 @@ pub fn edits(
         .insert(ENV_VISIBLE_DEVICES.into(), uuids.join(","));
     response.devices = device_nodes(&config.dev_dir, &chosen);
     if is_whole(ids.len()) {
+        if chosen.len() * CORES_PER_GPU as usize != ids.len() {
+            return Err(AllocateError::PartialCards(ids.len(), uuids.join(", ")));
+        }
         return Ok(response);
     }
     if chosen.len() != 1 {
@@ -186,4 +192,121 @@ fn device_nodes(dev_dir: &Path, cards: &[&Card]) -> Vec<DeviceSpec> {
             permissions: "rw".into(),
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn config(cdi: bool) -> Config {
+        Config {
+            kubelet_dir: "/k".into(),
+            state_dir: "/run/tessera".into(),
+            pod_resources_socket: "/p".into(),
+            node_name: "n".into(),
+            library: "/lib/libtessera.so".into(),
+            dev_dir: "/nonexistent-dev".into(),
+            health_interval: Duration::from_secs(1),
+            reconcile_interval: Duration::from_secs(1),
+            publish_interval: Duration::from_secs(1),
+            cdi_dir: cdi.then(|| "/var/run/cdi".into()),
+        }
+    }
+
+    fn cards() -> Vec<Card> {
+        (0..2)
+            .map(|index| Card {
+                index,
+                uuid: format!("GPU-{index}"),
+                model: "m".into(),
+                memory: 16 << 30,
+                sms: None,
+            })
+            .collect()
+    }
+
+    fn ids(uuid: &str, resource: Resource, numbers: std::ops::Range<u32>) -> Vec<String> {
+        numbers
+            .map(|number| {
+                DeviceId {
+                    uuid: uuid.into(),
+                    resource,
+                    number,
+                }
+                .to_string()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_share_gets_its_region_library_and_card() {
+        let core = ids("GPU-1", Resource::Core, 0..30);
+        let answer = answer(&config(false), &cards(), Resource::Core, &core).unwrap();
+        let name = container_name(&core);
+        assert_eq!(answer.envs[ENV_VISIBLE_DEVICES], "GPU-1");
+        assert_eq!(
+            answer.envs[ENV_REGION],
+            format!("/run/tessera/{name}.region")
+        );
+        let paths: Vec<(&str, &str, bool)> = answer
+            .mounts
+            .iter()
+            .map(|m| (m.container_path.as_str(), m.host_path.as_str(), m.read_only))
+            .collect();
+        assert!(paths.contains(&(CONTAINER_LIBRARY, "/lib/libtessera.so", true)));
+        assert!(paths.contains(&(CONTAINER_PRELOAD, "/run/tessera/k8s/ld.so.preload", true)));
+        let region = format!("/run/tessera/{name}.region");
+        assert!(paths.contains(&(region.as_str(), region.as_str(), false)));
+        // The same IDs, in any order, give the same answer: the region path is stable.
+        let mut reversed = core.clone();
+        reversed.reverse();
+        let again = super::answer(&config(false), &cards(), Resource::Core, &reversed).unwrap();
+        assert_eq!(again, answer);
+        // Memory answers carry nothing; with CDI the core answer names the device only.
+        let memory = ids("GPU-1", Resource::Memory, 0..4);
+        assert_eq!(
+            super::answer(&config(false), &cards(), Resource::Memory, &memory).unwrap(),
+            ContainerAllocateResponse::default()
+        );
+        let cdi = super::answer(&config(true), &cards(), Resource::Core, &core).unwrap();
+        assert_eq!(
+            cdi.cdi_devices[0].name,
+            format!("tessera.dev/container={name}")
+        );
+        assert!(cdi.envs.is_empty() && cdi.mounts.is_empty());
+    }
+
+    #[test]
+    fn whole_cards_get_no_preload() {
+        let mut core = ids("GPU-0", Resource::Core, 0..100);
+        core.extend(ids("GPU-1", Resource::Core, 0..100));
+        let answer = answer(&config(true), &cards(), Resource::Core, &core).unwrap();
+        assert_eq!(answer.envs[ENV_VISIBLE_DEVICES], "GPU-0,GPU-1");
+        assert!(!answer.envs.contains_key(ENV_REGION));
+        assert!(answer.mounts.is_empty() && answer.cdi_devices.is_empty());
+    }
+
+    #[test]
+    fn bad_ids_are_refused_with_what_is_wrong() {
+        let mut spread = ids("GPU-0", Resource::Core, 0..20);
+        spread.extend(ids("GPU-1", Resource::Core, 0..20));
+        let err = answer(&config(false), &cards(), Resource::Core, &spread).unwrap_err();
+        assert!(matches!(err, AllocateError::Spread(40, _)), "{err}");
+        let memory = ids("GPU-0", Resource::Memory, 0..2);
+        let err = answer(&config(false), &cards(), Resource::Core, &memory).unwrap_err();
+        assert!(matches!(err, AllocateError::WrongResource(..)), "{err}");
+        let unknown = ids("GPU-9", Resource::Core, 0..2);
+        let err = answer(&config(false), &cards(), Resource::Core, &unknown).unwrap_err();
+        assert!(matches!(err, AllocateError::UnknownCard(_)), "{err}");
+        let past = ids("GPU-0", Resource::Memory, 16..17);
+        let err = answer(&config(false), &cards(), Resource::Memory, &past).unwrap_err();
+        assert!(matches!(err, AllocateError::UnknownCard(_)), "{err}");
+        let mut uneven = ids("GPU-0", Resource::Core, 0..60);
+        uneven.extend(ids("GPU-1", Resource::Core, 0..40));
+        let err = answer(&config(false), &cards(), Resource::Core, &uneven).unwrap_err();
+        assert!(matches!(err, AllocateError::PartialCards(100, _)), "{err}");
+        let garbage = vec!["nvidia0".to_string()];
+        assert!(answer(&config(false), &cards(), Resource::Core, &garbage).is_err());
+    }
 }
