@@ -79,6 +79,8 @@ pub struct Node {
     /// The card the last preferred allocation of one resource chose, for the other resource
     /// of the same container (the kubelet asks for one container at a time).
     pub pairing: Mutex<Option<prefer::Pending>>,
+    /// What the kubelet's last core request said of each card's free core IDs.
+    pub core_view: Mutex<prefer::CoreView>,
 }
 
 impl Node {
@@ -129,6 +131,7 @@ pub async fn run(config: Config, kube: kube::Client) -> Result<(), String> {
         kube,
         changed: Notify::new(),
         pairing: Mutex::new(None),
+        core_view: Mutex::new(prefer::CoreView::default()),
     });
     // What survived a restart first, so that nothing is counted twice or lost.
     reconcile::rebuild(&node).await;

@@ -32,12 +32,49 @@ pub struct Ask {
     pub size: usize,
 }
 
-/// The IDs to prefer for `ask` of `resource`, and the card they are on (for pairing).
+/// What the plugin knows of the cards' free core IDs, from the kubelet's own lists: when a
+/// container's memory is asked first, its card should be one where its core will fit too.
+#[derive(Debug, Default, Clone)]
+pub struct CoreView {
+    /// Free core IDs per card, as of the last core request, less what was chosen since.
+    pub free: BTreeMap<String, usize>,
+    /// The size of the last core request below a whole card: containers of one workload
+    /// tend to ask alike.
+    pub last_size: usize,
+}
+
+impl CoreView {
+    /// Takes in a core request and the IDs chosen for it.
+    pub fn saw(&mut self, ask: &Ask, chosen: &[String]) {
+        self.free.clear();
+        for text in ask.available.iter().filter(|t| !chosen.contains(t)) {
+            if let Ok(id) = DeviceId::parse(text) {
+                if id.resource == Resource::Core {
+                    *self.free.entry(id.uuid).or_default() += 1;
+                }
+            }
+        }
+        if !super::allocate::is_whole(ask.size) {
+            self.last_size = ask.size;
+        }
+    }
+
+    /// Whether a container like the last one would find its core on `uuid`; true when
+    /// nothing is known yet.
+    pub fn room(&self, uuid: &str) -> bool {
+        self.free.is_empty() || self.free.get(uuid).copied().unwrap_or(0) >= self.last_size.max(1)
+    }
+}
+
+/// The IDs to prefer for `ask` of `resource`, and the card they are on (for pairing). A
+/// memory request not paired with its core yet goes, where it can, to a card with `room` for
+/// the core.
 pub fn choose(
     resource: Resource,
     ask: &Ask,
     card_order: &[String],
     paired: Option<&str>,
+    room: &dyn Fn(&str) -> bool,
 ) -> (Vec<String>, Option<String>) {
     // Available IDs by card, each list by number; IDs not ours are left to the kubelet.
     let mut by_card: BTreeMap<&str, Vec<(u32, &String)>> = BTreeMap::new();
@@ -87,23 +124,28 @@ pub fn choose(
         by_card.get(uuid).is_some_and(|ids| ids.len() >= ask.size)
             && must_cards.iter().all(|m| m == uuid)
     };
+    let fullest = |with_room: bool| {
+        by_card
+            .iter()
+            .filter(|(uuid, _)| fits(uuid))
+            .filter(|(uuid, _)| !with_room || room(uuid))
+            .min_by_key(|(uuid, ids)| {
+                (
+                    ids.len(),
+                    card_order
+                        .iter()
+                        .position(|u| u == *uuid)
+                        .unwrap_or(usize::MAX),
+                )
+            })
+            .map(|(uuid, _)| uuid.to_string())
+    };
     let card = paired
         .filter(|uuid| fits(uuid))
         .map(str::to_string)
         .or_else(|| {
-            by_card
-                .iter()
-                .filter(|(uuid, _)| fits(uuid))
-                .min_by_key(|(uuid, ids)| {
-                    (
-                        ids.len(),
-                        card_order
-                            .iter()
-                            .position(|u| u == *uuid)
-                            .unwrap_or(usize::MAX),
-                    )
-                })
-                .map(|(uuid, _)| uuid.to_string())
+            let with_room = resource == Resource::Memory && paired.is_none();
+            fullest(with_room).or_else(|| fullest(false))
         });
     let Some(card) = card else {
         return (fallback(ask), None);
@@ -170,17 +212,58 @@ mod tests {
             must_include: vec![],
             size: 30,
         };
-        let (chosen, card) = choose(Resource::Core, &ask, &order, None);
+        let (chosen, card) = choose(Resource::Core, &ask, &order, None, &|_| true);
         assert_eq!(card.as_deref(), Some("GPU-b"));
         assert_eq!(chosen, ids("GPU-b", Resource::Core, 60..90));
         // Paired with a memory choice on GPU-a, it goes there.
-        let (chosen, card) = choose(Resource::Core, &ask, &order, Some("GPU-a"));
+        let (chosen, card) = choose(Resource::Core, &ask, &order, Some("GPU-a"), &|_| true);
         assert_eq!(card.as_deref(), Some("GPU-a"));
         assert_eq!(chosen.len(), 30);
         // Too big for GPU-b: GPU-a.
         let ask = Ask { size: 50, ..ask };
         assert_eq!(
-            choose(Resource::Core, &ask, &order, None).1.as_deref(),
+            choose(Resource::Core, &ask, &order, None, &|_| true)
+                .1
+                .as_deref(),
+            Some("GPU-a")
+        );
+    }
+
+    #[test]
+    fn memory_asked_first_goes_where_the_core_will_fit() {
+        let order = vec!["GPU-a".to_string(), "GPU-b".to_string()];
+        // GPU-a has more memory in use (so it is the fullest) but only 10 core IDs left.
+        let mut core = ids("GPU-a", Resource::Core, 90..100);
+        core.extend(ids("GPU-b", Resource::Core, 0..100));
+        let mut view = CoreView::default();
+        let earlier = Ask {
+            available: core.clone(),
+            must_include: vec![],
+            size: 30,
+        };
+        let (chosen, _) = choose(Resource::Core, &earlier, &order, None, &|_| true);
+        view.saw(&earlier, &chosen);
+        let mut memory = ids("GPU-a", Resource::Memory, 20..40);
+        memory.extend(ids("GPU-b", Resource::Memory, 4..40));
+        let ask = Ask {
+            available: memory,
+            must_include: vec![],
+            size: 4,
+        };
+        let room = |uuid: &str| view.room(uuid);
+        assert_eq!(
+            choose(Resource::Memory, &ask, &order, None, &room)
+                .1
+                .as_deref(),
+            Some("GPU-b")
+        );
+        // Knowing nothing of the cores, the fullest.
+        let none = CoreView::default();
+        let room = |uuid: &str| none.room(uuid);
+        assert_eq!(
+            choose(Resource::Memory, &ask, &order, None, &room)
+                .1
+                .as_deref(),
             Some("GPU-a")
         );
     }
@@ -195,7 +278,7 @@ mod tests {
             must_include: vec![],
             size: 100,
         };
-        let (chosen, _) = choose(Resource::Core, &ask, &order, None);
+        let (chosen, _) = choose(Resource::Core, &ask, &order, None, &|_| true);
         assert_eq!(chosen, ids("GPU-b", Resource::Core, 0..100));
     }
 

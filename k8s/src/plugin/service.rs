@@ -114,8 +114,13 @@ impl DevicePlugin for PluginService {
             };
             let now = Instant::now();
             let mut slot = self.node.pairing.lock().expect("pairing lock");
+            let mut view = self.node.core_view.lock().expect("core view lock");
             let paired = prefer::pair(&mut slot, self.resource, now);
-            let (ids, card) = prefer::choose(self.resource, &ask, &order, paired.as_deref());
+            let room = |uuid: &str| view.room(uuid);
+            let (ids, card) = prefer::choose(self.resource, &ask, &order, paired.as_deref(), &room);
+            if self.resource == Resource::Core {
+                view.saw(&ask, &ids);
+            }
             if paired.is_none() {
                 *slot = card.map(|uuid| Pending {
                     resource: self.resource,

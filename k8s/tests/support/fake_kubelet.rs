@@ -254,10 +254,17 @@ impl FakeKubelet {
             let _one_at_a_time = self.admission.lock().await;
             let mut ids = HashMap::new();
             let mut answers = HashMap::new();
-            for (resource, size) in [
+            // The kubelet walks a container's resources in no set order (a Go map): half the
+            // pods here ask memory first.
+            let mut order = [
                 (Resource::Core, ask.core),
                 (Resource::Memory, ask.memory_gib),
-            ] {
+            ];
+            let memory_first = ask.name.bytes().map(u32::from).sum::<u32>() % 2 == 1;
+            if memory_first {
+                order.reverse();
+            }
+            for (resource, size) in order {
                 // A resource the container does not ask for is not called at all.
                 if size == 0 {
                     ids.insert(resource, Vec::new());
@@ -343,10 +350,14 @@ impl FakeKubelet {
                 memory: answers.remove(&Resource::Memory).unwrap(),
             }
         };
-        for (resource, ids) in [
+        let mut starts = [
             (Resource::Memory, &admitted.memory_ids),
             (Resource::Core, &admitted.core_ids),
-        ] {
+        ];
+        if ask.name.len() % 2 == 1 {
+            starts.reverse();
+        }
+        for (resource, ids) in starts {
             if ids.is_empty() {
                 continue;
             }
