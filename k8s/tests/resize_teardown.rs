@@ -48,6 +48,12 @@ async fn annotations_resize_a_running_pod_and_deletion_removes_it() {
     let device = status.gpus.iter().find(|g| g.uuid == uuid).unwrap().index;
     assert_eq!(total_seen(&cluster, &region_path, device), 8 * GIB);
 
+    // The container restarts (it crashed): the same container, not a second one.
+    cluster.kubelet.restart_container(&admitted).await.unwrap();
+    let containers = cluster.containers().await;
+    assert_eq!(containers.len(), 1);
+    assert_eq!(containers[0].spec.name.as_str(), name);
+
     // What a running process sees is its region's cap, read at every call.
     let region = Region::open(&region_path).unwrap();
     assert_eq!(region.memory_cap(device as usize), Some(8 * GIB));

@@ -372,6 +372,24 @@ impl FakeKubelet {
         Ok(admitted)
     }
 
+    /// Starts a container of an admitted pod again (the kubelet restarts a container that
+    /// exited): PreStartContainer once more for each resource, with the same IDs.
+    pub async fn restart_container(&self, admitted: &Admitted) -> Result<(), String> {
+        for (resource, ids) in [
+            (Resource::Core, &admitted.core_ids),
+            (Resource::Memory, &admitted.memory_ids),
+        ] {
+            self.plugin(resource)
+                .await
+                .pre_start_container(PreStartContainerRequest {
+                    devices_ids: ids.clone(),
+                })
+                .await
+                .map_err(|e| e.message().to_string())?;
+        }
+        Ok(())
+    }
+
     /// Forgets a pod: pod-resources no longer lists it and its IDs are free.
     pub fn remove_pod(&self, namespace: &str, name: &str) {
         let mut pods = self.pod_store.pods.lock().unwrap();
