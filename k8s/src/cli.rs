@@ -1,4 +1,4 @@
-//! The command line: `tessera-k8s device-plugin` (the node agent) and `tessera-k8s crd`.
+//! The command line: `tessera-k8s device-plugin` (the node side) and `tessera-k8s crd`.
 
 use crate::plugin::Config;
 use clap::{Parser, Subcommand};

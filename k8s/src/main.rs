@@ -1,4 +1,4 @@
-//! `tessera-k8s`: Tessera's node agent on Kubernetes (see `tessera-k8s --help`).
+//! `tessera-k8s`: Tessera on Kubernetes, on the node (see `tessera-k8s --help`).
 
 fn main() {
     std::process::exit(tessera_k8s::cli::main());

@@ -1,5 +1,5 @@
-//! `deploy/`: the RBAC grants what the node agent calls, and the DaemonSet mounts the host
-//! paths the agent and controld use by default.
+//! `deploy/`: the RBAC grants what the device plugin calls, and the DaemonSet mounts the host
+//! paths the plugin and controld use by default.
 
 use serde_json::Value;
 use std::path::Path;
@@ -18,7 +18,7 @@ fn documents(file: &str) -> Vec<Value> {
 }
 
 #[test]
-fn rbac_grants_what_the_agent_calls() {
+fn rbac_grants_what_the_plugin_calls() {
     let docs = documents("rbac.yaml");
     let role = docs
         .iter()
@@ -64,7 +64,7 @@ fn rbac_grants_what_the_agent_calls() {
 }
 
 #[test]
-fn the_daemonset_mounts_the_host_paths_the_agent_uses() {
+fn the_daemonset_mounts_the_host_paths_the_plugin_uses() {
     let docs = documents("node.yaml");
     let ds = docs
         .iter()
