@@ -6,6 +6,7 @@
 //! The CLI ([`cli`]) is a thin client of the socket.
 
 pub mod api;
+pub mod cdi;
 pub mod cli;
 pub mod config;
 pub mod daemon;

@@ -14,6 +14,8 @@ pub const ENV_QUANTUM_US: &str = "SIMGPU_QUANTUM_US";
 pub const ENV_CONTEXT_MEMORY: &str = "SIMGPU_CONTEXT_MEMORY";
 /// Duration of a kernel simgpu does not know by name, in nanoseconds (default 20000).
 pub const ENV_KERNEL_NS: &str = "SIMGPU_KERNEL_NS";
+/// A file of device indices that the simulated NVML reports lost (see simgpu-nvml's `faults`).
+pub const ENV_FAULTS: &str = "SIMGPU_FAULTS";
 
 /// Node-wide tunables, fixed when the node state is created so that all processes agree.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

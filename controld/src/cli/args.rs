@@ -52,6 +52,11 @@ pub const COMMANDS: &[Command] = &[
         help: "run CMD in a transient container, removed when it exits; exits with its code",
     },
     Command {
+        words: "cdi",
+        operands: "",
+        help: "print a CDI spec with a device tessera.dev/container=NAME per container (or write it with --output)",
+    },
+    Command {
         words: "demo",
         operands: "",
         help: "three containers share one GPU (simgpu's when there is none): a live view, then a summary",
@@ -79,6 +84,7 @@ const CLIENTS: &[&str] = &[
     "container list",
     "status",
     "exec",
+    "cdi",
 ];
 
 /// Every option.
@@ -152,6 +158,13 @@ pub const FLAGS: &[Flag] = &[
         value: "",
         commands: &["container list", "status"],
         help: "print JSON",
+    },
+    Flag {
+        name: "output",
+        alias: None,
+        value: "FILE",
+        commands: &["cdi"],
+        help: "write the spec to FILE, like /etc/cdi/tessera.json, instead of printing it",
     },
     Flag {
         name: "seconds",

@@ -177,6 +177,21 @@ fn dispatch(args: &Args) -> Result<i32, String> {
             };
             crate::demo::run(&options).map_err(|e| e.to_string())
         }
+        "cdi" => {
+            let Answer::Containers(list) = call(args, &Request::List {})? else {
+                return Err(unexpected());
+            };
+            let library = crate::exec::preload_library().map_err(|e| e.to_string())?;
+            let spec = json(&crate::cdi::spec(&list, &library));
+            match args.get("output") {
+                Some(path) => {
+                    std::fs::write(path, spec)
+                        .map_err(|e| format!("cannot write the CDI spec to {path}: {e}"))?;
+                    Ok(0)
+                }
+                None => Ok(print(&spec)),
+            }
+        }
         other => Err(format!("unknown command `{other}`; run controld --help")),
     }
 }

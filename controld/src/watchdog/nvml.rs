@@ -50,7 +50,18 @@ struct ProcessInfo {
     compute_instance_id: c_uint,
 }
 
+/// `nvmlDeviceAttributes_t`: the SM count first, then shared-engine and MIG slice counts and
+/// the memory in MiB.
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy)]
+struct Attributes {
+    multiprocessor_count: c_uint,
+    shared_counts: [c_uint; 7],
+    memory_size_mb: u64,
+}
+
 const _: () = {
+    assert!(std::mem::size_of::<Attributes>() == 40);
     assert!(std::mem::size_of::<Memory>() == 24);
     assert!(std::mem::size_of::<Utilization>() == 8);
     assert!(std::mem::size_of::<ProcessInfo>() == 24);
@@ -66,6 +77,7 @@ type MemoryFn = unsafe extern "C" fn(Device, *mut Memory) -> NvmlReturn;
 type UtilizationFn = unsafe extern "C" fn(Device, *mut Utilization) -> NvmlReturn;
 type ProcessesFn = unsafe extern "C" fn(Device, *mut c_uint, *mut ProcessInfo) -> NvmlReturn;
 type ErrorStringFn = unsafe extern "C" fn(NvmlReturn) -> *const c_char;
+type AttributesFn = unsafe extern "C" fn(Device, *mut Attributes) -> NvmlReturn;
 
 /// Why NVML cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -113,6 +125,8 @@ pub struct Nvml {
     processes: ProcessesFn,
     shutdown: InitFn,
     error_string: Option<ErrorStringFn>,
+    /// Absent from old drivers.
+    attributes: Option<AttributesFn>,
 }
 
 // SAFETY: NVML is documented thread-safe; `Nvml` holds only function pointers into a library
@@ -205,6 +219,7 @@ impl Nvml {
             processes,
             shutdown: entry!(c"nvmlShutdown")?,
             error_string: entry!(c"nvmlErrorString").ok(),
+            attributes: entry!(c"nvmlDeviceGetAttributes_v2").ok(),
         };
         // SAFETY: no arguments; NVML counts inits, each matched by the shutdown in `drop`.
         let rc = unsafe { init() };
@@ -243,6 +258,33 @@ impl Nvml {
         // SAFETY: a valid out-pointer.
         self.check("nvmlDeviceGetCount_v2", unsafe { (self.count)(&mut count) })?;
         (0..count).map(|index| self.device(index)).collect()
+    }
+
+    /// Whether GPU `index` answers: its handle and memory query succeed. A lost GPU (fallen
+    /// off the bus, needing a reset) fails here with NVML's reason.
+    pub fn check_device(&self, index: u32) -> Result<(), NvmlError> {
+        let mut device: Device = std::ptr::null_mut();
+        // SAFETY: a valid out-pointer; an index past the count is refused by NVML.
+        let rc = unsafe { (self.handle)(index, &mut device) };
+        self.check("nvmlDeviceGetHandleByIndex_v2", rc)?;
+        let mut memory = Memory::default();
+        // SAFETY: a handle NVML gave and a valid out-pointer.
+        let rc = unsafe { (self.memory)(device, &mut memory) };
+        self.check("nvmlDeviceGetMemoryInfo", rc)
+    }
+
+    /// The streaming multiprocessors of GPU `index`, where the driver tells.
+    pub fn sms(&self, index: u32) -> Option<u32> {
+        let attributes = self.attributes?;
+        let mut device: Device = std::ptr::null_mut();
+        // SAFETY: a valid out-pointer; an index past the count is refused by NVML.
+        if unsafe { (self.handle)(index, &mut device) } != SUCCESS {
+            return None;
+        }
+        let mut a = Attributes::default();
+        // SAFETY: a handle NVML gave and a valid out-pointer to an nvmlDeviceAttributes_t.
+        let rc = unsafe { attributes(device, &mut a) };
+        (rc == SUCCESS && a.multiprocessor_count > 0).then_some(a.multiprocessor_count)
     }
 
     fn device(&self, index: u32) -> Result<GpuSample, NvmlError> {

@@ -54,10 +54,28 @@ fn parse_bus_id(text: &str) -> Option<(u32, u32, u32, u32)> {
     Some((domain, bus, device, function))
 }
 
+/// `nvmlDeviceAttributes_t`: what `nvmlDeviceGetAttributes_v2` fills.
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy)]
+pub struct DeviceAttributes {
+    pub multiprocessor_count: c_uint,
+    pub shared_copy_engine_count: c_uint,
+    pub shared_decoder_count: c_uint,
+    pub shared_encoder_count: c_uint,
+    pub shared_jpeg_count: c_uint,
+    pub shared_ofa_count: c_uint,
+    pub gpu_instance_slice_count: c_uint,
+    pub compute_instance_slice_count: c_uint,
+    pub memory_size_mb: u64,
+}
+
+const _: () = assert!(std::mem::size_of::<DeviceAttributes>() == 40);
+
 /// The session and the device a handle names.
 fn device(handle: NvmlDevice) -> Result<(Arc<Session>, usize), NvmlReturn> {
     let session = session::session()?;
     let index = session.device(handle)?;
+    crate::faults::check(index)?;
     Ok((session, index))
 }
 
@@ -192,6 +210,19 @@ nvml_entry! {
             write_out(major, ma as c_int)?;
             write_out(minor, mi as c_int)
         }
+    }
+    /// The device's SM count and memory; the shared-engine and MIG slice counts, which a
+    /// simulated device does not have, are 0.
+    fn nvmlDeviceGetAttributes_v2(device: NvmlDevice, attributes: *mut DeviceAttributes) {
+        let (session, i) = self::device(device)?;
+        let info = session.node().device(i);
+        let a = DeviceAttributes {
+            multiprocessor_count: info.sms,
+            memory_size_mb: info.memory >> 20,
+            ..DeviceAttributes::default()
+        };
+        // SAFETY: NVML's contract: `attributes` is null or writable.
+        unsafe { write_out(attributes, a) }
     }
     /// Memory of the whole device, all processes of the node together (contexts included).
     fn nvmlDeviceGetMemoryInfo(device: NvmlDevice, memory: *mut Memory) {

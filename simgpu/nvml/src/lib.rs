@@ -9,6 +9,7 @@
 pub mod ffi;
 pub mod activity;
 pub mod device;
+pub mod faults;
 pub mod sampling;
 pub mod session;
 pub mod system;

@@ -1,0 +1,110 @@
+//! The command line: `tessera-k8s device-plugin` (the node side) and `tessera-k8s crd`.
+
+use crate::plugin::Config;
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Where the node's `libtessera.so` is by default (where `deploy/node.yaml` installs it).
+pub const DEFAULT_LIBRARY: &str = "/usr/local/lib/tessera/libtessera.so";
+
+/// Tessera on Kubernetes.
+#[derive(Debug, Parser)]
+#[command(name = "tessera-k8s", version, about)]
+pub struct Args {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Serves tessera.dev/gpu-core and tessera.dev/gpu-memory to the kubelet and keeps the
+    /// node's GPU objects.
+    DevicePlugin(PluginArgs),
+    /// Prints the GPU custom resource definition (deploy/crd.yaml).
+    Crd,
+}
+
+#[derive(Debug, clap::Args)]
+struct PluginArgs {
+    /// The kubelet's device-plugin directory.
+    #[arg(long, default_value = "/var/lib/kubelet/device-plugins")]
+    kubelet_dir: PathBuf,
+    /// controld's state dir: its control socket and the regions.
+    #[arg(long, env = "TESSERA_STATE_DIR", default_value = tessera_controld::daemon::DEFAULT_STATE_DIR)]
+    state_dir: PathBuf,
+    /// The kubelet's pod-resources socket.
+    #[arg(long, default_value = crate::podresources::DEFAULT_SOCKET)]
+    pod_resources_socket: PathBuf,
+    /// This node's name (the downward API's spec.nodeName).
+    #[arg(long, env = "NODE_NAME")]
+    node_name: String,
+    /// libtessera.so on the host, mounted read-only into each shared container.
+    #[arg(long, default_value = DEFAULT_LIBRARY)]
+    library: PathBuf,
+    /// Where the host's NVIDIA device nodes are.
+    #[arg(long, default_value = "/dev")]
+    dev_dir: PathBuf,
+    /// How often each card's health is checked, in milliseconds.
+    #[arg(long, default_value_t = 5000)]
+    health_interval_ms: u64,
+    /// How often pod-resources and controld are compared (teardown), in milliseconds.
+    #[arg(long, default_value_t = 2000)]
+    reconcile_interval_ms: u64,
+    /// How often the GPU objects' status is refreshed, in milliseconds.
+    #[arg(long, default_value_t = 10000)]
+    publish_interval_ms: u64,
+    /// Write a CDI spec per shared container here (like /var/run/cdi) and answer Allocate
+    /// with its CDI device name, for runtimes with CDI enabled.
+    #[arg(long)]
+    cdi_dir: Option<PathBuf>,
+}
+
+/// Runs the command line; returns the exit code.
+pub fn main() -> i32 {
+    let args = Args::parse();
+    match args.command {
+        Command::Crd => {
+            print!("{}", crate::gpu::crd_yaml());
+            0
+        }
+        Command::DevicePlugin(a) => {
+            let config = Config {
+                kubelet_dir: a.kubelet_dir,
+                state_dir: a.state_dir,
+                pod_resources_socket: a.pod_resources_socket,
+                node_name: a.node_name,
+                library: a.library,
+                dev_dir: a.dev_dir,
+                health_interval: Duration::from_millis(a.health_interval_ms.max(1)),
+                reconcile_interval: Duration::from_millis(a.reconcile_interval_ms.max(1)),
+                publish_interval: Duration::from_millis(a.publish_interval_ms.max(1)),
+                cdi_dir: a.cdi_dir,
+            };
+            let runtime = match tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+            {
+                Ok(r) => r,
+                Err(e) => {
+                    crate::log::error(&format!("cannot start: {e}"));
+                    return 1;
+                }
+            };
+            let result = runtime.block_on(async {
+                let kube = kube::Client::try_default().await.map_err(|e| {
+                    format!("cannot reach the API server: {e}; run in a pod with a service account, or set KUBECONFIG")
+                })?;
+                crate::plugin::run(config, kube).await
+            });
+            match result {
+                Ok(()) => 0,
+                Err(e) => {
+                    crate::log::error(&e);
+                    1
+                }
+            }
+        }
+    }
+}

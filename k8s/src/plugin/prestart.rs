@@ -1,0 +1,341 @@
+//! PreStartContainer: the kubelet is about to start a container that got our IDs. The plugin
+//! finds its pod and container through pod-resources (the kubelet's own record of who got
+//! which IDs: never a guess), reads the pod's annotations, and has controld create the
+//! container with those limits, at the region path the Allocate answer already mounted.
+
+use super::allocate::{board_link, cards_of, is_whole, no_board};
+use super::holders::Holder;
+use super::Node;
+use crate::annotations::{self, PodAsk};
+use crate::ids::{container_name, Resource, MEMORY_UNIT};
+use crate::podresources::{self, Holding};
+use std::time::Instant;
+use tessera_controld::spec::{ContainerName, ContainerSpec, Gpus, MemorySize};
+use tessera_controld::state::{MemoryChange, SpecChange};
+use tessera_region::units::format_size;
+use tonic::Status;
+
+/// Prepares the container that holds `ids` of `resource`. The error's message says what is
+/// wrong; the kubelet fails the container with it and shows it in the pod's events.
+pub async fn pre_start(node: &Node, resource: Resource, ids: Vec<String>) -> Result<(), Status> {
+    cards_of(&node.cards.list, resource, &ids).map_err(|e| refuse(e.to_string()))?;
+    let holdings = podresources::list(&node.config.pod_resources_socket)
+        .await
+        .map_err(|e| {
+            let message = format!("cannot start the container of {}: {e}", ids_summary(&ids));
+            crate::log::error(&message);
+            Status::unavailable(message)
+        })?;
+    let holding = holdings
+        .into_iter()
+        .find(|h| same_ids(if resource == Resource::Core { &h.core } else { &h.memory }, &ids))
+        .ok_or_else(|| {
+            let message = format!(
+                "no container holds {} in the kubelet's pod-resources answer; the kubelet may be restarting, try again",
+                ids_summary(&ids)
+            );
+            crate::log::error(&message);
+            Status::failed_precondition(message)
+        })?;
+    if resource == Resource::Memory {
+        if holding.core.is_empty() {
+            return Err(refuse_pod(
+                node,
+                &holding,
+                format!(
+                    "container {} asks {} without {}: ask for both, the core request is the container's share of GPU time",
+                    who(&holding),
+                    Resource::Memory.name(),
+                    Resource::Core.name()
+                ),
+            )
+            .await);
+        }
+        // The gpu-core PreStart of the same container does the work, once.
+        return Ok(());
+    }
+    let pod = crate::pods::get(&node.kube, &holding.namespace, &holding.pod)
+        .await
+        .map_err(|e| {
+            let message = format!("cannot read pod {}/{}: {e}", holding.namespace, holding.pod);
+            crate::log::error(&message);
+            Status::unavailable(message)
+        })?;
+    let empty = Default::default();
+    let ask = match annotations::read(pod.metadata.annotations.as_ref().unwrap_or(&empty)) {
+        Ok(ask) => ask,
+        Err(e) => {
+            let message = format!("container {} refused: {e}", who(&holding));
+            return Err(refuse_event(node, &pod, message).await);
+        }
+    };
+    match prepare(node, &holding, &ask).await {
+        Ok(()) => Ok(()),
+        Err(message) => Err(refuse_event(node, &pod, message).await),
+    }
+}
+
+/// Records the holder and has controld create (or update) its container.
+async fn prepare(node: &Node, holding: &Holding, ask: &PodAsk) -> Result<(), String> {
+    let name = container_name(&holding.core);
+    let cards =
+        cards_of(&node.cards.list, Resource::Core, &holding.core).map_err(|e| e.to_string())?;
+    let uuids: Vec<String> = cards.iter().map(|c| c.uuid.clone()).collect();
+    if is_whole(holding.core.len()) {
+        node.holders.lock().expect("holders lock").insert(Holder {
+            name,
+            namespace: holding.namespace.clone(),
+            pod: holding.pod.clone(),
+            container: holding.container.clone(),
+            cards: uuids,
+            core: holding.core.len() as u32,
+            memory: cards.iter().map(|c| c.memory).sum(),
+            requested: 0,
+            compute: "whole".into(),
+            priority: ask.priority.to_string(),
+            whole: true,
+            since: Instant::now(),
+        });
+        node.changed.notify_one();
+        crate::log::info(&format!(
+            "container {} has whole GPUs {}",
+            who(holding),
+            uuids_summary(&cards.iter().map(|c| c.uuid.as_str()).collect::<Vec<_>>())
+        ));
+        return Ok(());
+    }
+    let [card] = cards.as_slice() else {
+        return Err(format!(
+            "container {} got {} core IDs on several cards; a share must lie on one card",
+            who(holding),
+            holding.core.len()
+        ));
+    };
+    if let Some(wanted) = &ask.gpu {
+        if wanted != &card.uuid {
+            return Err(format!(
+                "container {}: the scheduler chose {wanted} ({}) but the kubelet gave core IDs on {}; delete the pod so that it is scheduled again",
+                who(holding),
+                annotations::GPU,
+                card.uuid
+            ));
+        }
+    }
+    let requested = holding.memory.len() as u64 * MEMORY_UNIT;
+    if requested == 0 {
+        return Err(format!(
+            "container {} asks {} without {}: ask for both, the memory request is the container's memory cap",
+            who(holding),
+            Resource::Core.name(),
+            Resource::Memory.name()
+        ));
+    }
+    let cap = limit(holding, ask, requested)?;
+    if requested > card.memory {
+        return Err(format!(
+            "container {} asks {} of GPU memory but GPU {} ({}) has {}",
+            who(holding),
+            format_size(requested),
+            card.index,
+            card.uuid,
+            format_size(card.memory)
+        ));
+    }
+    let core = holding.core.len() as u32;
+    let holder = Holder {
+        name: name.clone(),
+        namespace: holding.namespace.clone(),
+        pod: holding.pod.clone(),
+        container: holding.container.clone(),
+        cards: uuids,
+        core,
+        memory: cap,
+        requested,
+        compute: ask.compute.policy(core).to_string(),
+        priority: ask.priority.to_string(),
+        whole: false,
+        since: Instant::now(),
+    };
+    {
+        // Recorded before controld hears of it, so that a reconcile that listed the pods
+        // earlier leaves the new container alone.
+        let mut holders = node.holders.lock().expect("holders lock");
+        let held = holders.memory_on(&card.uuid, &name);
+        if held + cap > card.memory {
+            return Err(format!(
+                "container {} asks {} of GPU memory but GPU {} ({}) has {} left of {}",
+                who(holding),
+                format_size(cap),
+                card.index,
+                card.uuid,
+                format_size(card.memory.saturating_sub(held)),
+                format_size(card.memory)
+            ));
+        }
+        holders.insert(holder.clone());
+    }
+    let created = create(node, &holder, &holding.core, card.index, ask).await;
+    if let Err(e) = created {
+        node.holders.lock().expect("holders lock").remove(&name);
+        return Err(format!("container {} refused: {e}", who(holding)));
+    }
+    node.changed.notify_one();
+    crate::log::info(&format!(
+        "container {} is {name} on GPU {}: memory {}, compute {}, {}",
+        who(holding),
+        card.index,
+        format_size(cap),
+        holder.compute,
+        holder.priority
+    ));
+    Ok(())
+}
+
+/// The memory cap: the annotation's, at most the request; else the request.
+pub fn limit(holding: &Holding, ask: &PodAsk, requested: u64) -> Result<u64, String> {
+    match ask.memory_limit {
+        Some(cap) if cap > requested => Err(format!(
+            "container {}: {} {} is above its {} request of {}; raise the request",
+            who(holding),
+            annotations::MEMORY_LIMIT,
+            format_size(cap),
+            Resource::Memory.name(),
+            format_size(requested)
+        )),
+        Some(cap) => Ok(cap),
+        None => Ok(requested),
+    }
+}
+
+/// controld's container for `holder`, added or (a restarted container of the same pod)
+/// updated, and its board link.
+async fn create(
+    node: &Node,
+    holder: &Holder,
+    core_ids: &[String],
+    gpu: u32,
+    ask: &PodAsk,
+) -> Result<(), String> {
+    let spec = ContainerSpec {
+        name: ContainerName::new(&holder.name).map_err(|e| e.to_string())?,
+        gpus: Gpus::new(vec![gpu]).map_err(|e| e.to_string())?,
+        memory: Some(MemorySize(holder.memory)),
+        compute: ask.compute.policy(holder.core),
+        priority: ask.priority,
+    };
+    let existing = node.controld.list().await.map_err(|e| e.to_string())?;
+    if existing.iter().any(|c| c.spec.name.as_str() == holder.name) {
+        let change = SpecChange {
+            gpus: Some(spec.gpus.clone()),
+            memory: Some(MemoryChange::Cap(MemorySize(holder.memory))),
+            compute: Some(spec.compute),
+            priority: Some(spec.priority),
+        };
+        node.controld
+            .set(&holder.name, change)
+            .await
+            .map_err(|e| e.to_string())?;
+    } else {
+        node.controld.add(spec).await.map_err(|e| e.to_string())?;
+    }
+    let online = ask.priority == tessera_controld::policy::Priority::Online;
+    link_board(node, &holder.name, online)
+        .map_err(|e| format!("cannot link the board for {}: {e}", holder.name))?;
+    if let Some(dir) = &node.config.cdi_dir {
+        let edits =
+            super::allocate::edits(&node.config, &node.cards.list, Resource::Core, core_ids)
+                .map_err(|e| e.to_string())?;
+        let spec = super::cdi::spec(&node.config, &holder.name, &edits, online);
+        super::cdi::write(dir, &holder.name, &spec).map_err(|e| {
+            format!(
+                "cannot write the CDI spec of {} in {}: {e}",
+                holder.name,
+                dir.display()
+            )
+        })?;
+    }
+    Ok(())
+}
+
+/// Points the container's board mount at the node's board (online) or at an empty file.
+fn link_board(node: &Node, name: &str, online: bool) -> std::io::Result<()> {
+    let link = board_link(&node.config, name);
+    let board = node.config.state_dir.join(tessera_region::BOARD_FILE);
+    let target = if online && board.exists() {
+        board
+    } else {
+        no_board(&node.config)
+    };
+    match std::fs::remove_file(&link) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    std::os::unix::fs::symlink(target, link)
+}
+
+/// Removes what the plugin made for a container: its board link and CDI spec.
+pub fn unlink_board(node: &Node, name: &str) {
+    let _ = std::fs::remove_file(board_link(&node.config, name));
+    super::cdi::remove(&node.config, name);
+}
+
+fn same_ids(held: &[String], ids: &[String]) -> bool {
+    let mut a: Vec<&String> = held.iter().collect();
+    let mut b: Vec<&String> = ids.iter().collect();
+    a.sort_unstable();
+    b.sort_unstable();
+    !a.is_empty() && a == b
+}
+
+/// `namespace/pod/container`.
+pub fn who(holding: &Holding) -> String {
+    format!(
+        "{}/{}/{}",
+        holding.namespace, holding.pod, holding.container
+    )
+}
+
+fn ids_summary(ids: &[String]) -> String {
+    match ids {
+        [] => "no IDs".into(),
+        [one] => one.clone(),
+        [first, ..] => format!("{first} and {} more IDs", ids.len() - 1),
+    }
+}
+
+fn uuids_summary(uuids: &[&str]) -> String {
+    uuids.join(", ")
+}
+
+/// A refusal before the pod is known: the plugin's log.
+fn refuse(message: String) -> Status {
+    crate::log::error(&message);
+    Status::invalid_argument(message)
+}
+
+/// A refusal of a known container whose pod is read for the event.
+async fn refuse_pod(node: &Node, holding: &Holding, message: String) -> Status {
+    match crate::pods::get(&node.kube, &holding.namespace, &holding.pod).await {
+        Ok(pod) => refuse_event(node, &pod, message).await,
+        Err(_) => refuse(message),
+    }
+}
+
+/// A refusal written to the plugin's log and the pod's events.
+async fn refuse_event(
+    node: &Node,
+    pod: &k8s_openapi::api::core::v1::Pod,
+    message: String,
+) -> Status {
+    crate::log::error(&message);
+    crate::pods::warn(
+        &node.kube,
+        &node.config.node_name,
+        pod,
+        "TesseraRefused",
+        &message,
+    )
+    .await;
+    Status::failed_precondition(message)
+}

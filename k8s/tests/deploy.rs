@@ -1,0 +1,118 @@
+//! `deploy/`: the RBAC grants what the device plugin calls, and the DaemonSet mounts the host
+//! paths the plugin and controld use by default.
+
+use serde_json::Value;
+use std::path::Path;
+
+fn documents(file: &str) -> Vec<Value> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../deploy")
+        .join(file);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_yaml::Deserializer::from_str(&text)
+        .map(|d| {
+            let value: serde_yaml::Value = serde::Deserialize::deserialize(d).unwrap();
+            serde_json::to_value(value).unwrap()
+        })
+        .collect()
+}
+
+#[test]
+fn rbac_grants_what_the_plugin_calls() {
+    let docs = documents("rbac.yaml");
+    let role = docs
+        .iter()
+        .find(|d| d["kind"] == "ClusterRole")
+        .expect("a ClusterRole");
+    let rules = role["rules"].as_array().unwrap();
+    let allows = |group: &str, resource: &str, verb: &str| {
+        rules.iter().any(|r| {
+            let has = |key: &str, want: &str| {
+                r[key]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|v| v == want || v == "*")
+            };
+            has("apiGroups", group) && has("resources", resource) && has("verbs", verb)
+        })
+    };
+    // Reading pods (PreStart, resize), events on them, and the GPU objects.
+    for (group, resource, verb) in [
+        ("", "pods", "get"),
+        ("", "pods", "list"),
+        ("", "pods", "watch"),
+        ("", "events", "create"),
+        ("tessera.dev", "gpus", "list"),
+        ("tessera.dev", "gpus", "patch"),
+        ("tessera.dev", "gpus", "create"),
+        ("tessera.dev", "gpus", "delete"),
+        ("tessera.dev", "gpus/status", "patch"),
+    ] {
+        assert!(
+            allows(group, resource, verb),
+            "{verb} {group}/{resource} is not granted"
+        );
+    }
+    let binding = docs
+        .iter()
+        .find(|d| d["kind"] == "ClusterRoleBinding")
+        .unwrap();
+    assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"]);
+    let account = docs.iter().find(|d| d["kind"] == "ServiceAccount").unwrap();
+    assert_eq!(binding["subjects"][0]["name"], account["metadata"]["name"]);
+}
+
+#[test]
+fn the_daemonset_mounts_the_host_paths_the_plugin_uses() {
+    let docs = documents("node.yaml");
+    let ds = docs
+        .iter()
+        .find(|d| d["kind"] == "DaemonSet")
+        .expect("a DaemonSet");
+    let pod = &ds["spec"]["template"]["spec"];
+    assert_eq!(pod["serviceAccountName"], "tessera-node");
+    let volumes = pod["volumes"].as_array().unwrap();
+    let host_path = |name: &str| {
+        volumes
+            .iter()
+            .find(|v| v["name"] == name)
+            .and_then(|v| v["hostPath"]["path"].as_str())
+            .unwrap_or_else(|| panic!("no hostPath volume {name}"))
+            .to_string()
+    };
+    let containers = pod["containers"].as_array().unwrap();
+    let mounted = |container: &str, path: &str| {
+        let c = containers.iter().find(|c| c["name"] == container).unwrap();
+        c["volumeMounts"].as_array().unwrap().iter().any(|m| {
+            // The state dir must be the same path inside and on the host: the plugin's
+            // answers name host paths.
+            m["mountPath"] == path && host_path(m["name"].as_str().unwrap()) == path
+        })
+    };
+    let state = tessera_controld::daemon::DEFAULT_STATE_DIR;
+    assert!(mounted("controld", state));
+    assert!(mounted("device-plugin", state));
+    assert!(mounted("device-plugin", "/var/lib/kubelet/device-plugins"));
+    let pod_resources = Path::new(tessera_k8s::podresources::DEFAULT_SOCKET)
+        .parent()
+        .unwrap();
+    assert!(mounted("device-plugin", pod_resources.to_str().unwrap()));
+    // The library lands where the plugin mounts it from by default.
+    let library = Path::new(tessera_k8s::cli::DEFAULT_LIBRARY);
+    assert_eq!(Path::new(&host_path("library")), library.parent().unwrap());
+    let plugin = containers
+        .iter()
+        .find(|c| c["name"] == "device-plugin")
+        .unwrap();
+    let env_node = plugin["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == "NODE_NAME")
+        .unwrap();
+    assert_eq!(
+        env_node["valueFrom"]["fieldRef"]["fieldPath"],
+        "spec.nodeName"
+    );
+}
