@@ -71,7 +71,7 @@
 /* Launches in flight per device when tessera_compute_account.window is 0. */
 #define TESSERA_DEFAULT_WINDOW 64u
 /* Estimated GPU ns in flight per device when tessera_compute_account.window_ns is 0. */
-#define TESSERA_DEFAULT_WINDOW_NS 2000000ull
+#define TESSERA_DEFAULT_WINDOW_NS 4000000ull
 /* A whole device's time in parts per million. */
 #define TESSERA_PPM_ALL 1000000u
 /* Busy spans per compute account (a ring), and the low bits of a span holding its length

@@ -50,7 +50,7 @@ pub const DEFAULT_WINDOW: u32 = 64;
 /// GPU time a container may have in flight per device when [`ComputeAccount::window_ns`]
 /// is 0: enough launches of short kernels to keep the GPU busy while the library harvests
 /// completions, and at most this much of any container's work for others to wait behind.
-pub const DEFAULT_WINDOW_NS: u64 = 2_000_000;
+pub const DEFAULT_WINDOW_NS: u64 = 4_000_000;
 /// One share in parts per million: 100% of a device's time.
 pub const PPM_ALL: u32 = 1_000_000;
 /// Slots of [`ComputeAccount::spans`] (a ring).

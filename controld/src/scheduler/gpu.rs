@@ -411,8 +411,12 @@ impl GpuScheduler {
         }
 
         // The containers with work now; one whose policy cannot bind, with no neighbour
-        // working, gets the large window (see `ALONE_WINDOW_NS`).
+        // working that it must share with, gets the large window (see `ALONE_WINDOW_NS`).
         let working = claims.iter().filter(|c| c.demanding).count();
+        let working_online = claims
+            .iter()
+            .filter(|c| c.demanding && c.priority == Priority::Online)
+            .count();
         let unbound = |p: ComputePolicy| !matches!(p, ComputePolicy::Fixed(q) if q < 100);
         for (((e, d), refund), claim) in self
             .entries
@@ -422,10 +426,13 @@ impl GpuScheduler {
             .zip(&claims)
         {
             let a = e.account(gpu);
-            // An offline container keeps its small window wherever online work may start:
-            // what it has queued is what online work would meet.
-            let alone = working == usize::from(claim.demanding)
-                && !(e.member.priority == Priority::Offline && online_here);
+            // An online container is alone when no other online container works (offline
+            // work gives way to it anyway); an offline one keeps its small window wherever
+            // online work may start, since what it has queued is what online work meets.
+            let alone = match e.member.priority {
+                Priority::Online => working_online == usize::from(claim.demanding),
+                Priority::Offline => !online_here && working == usize::from(claim.demanding),
+            };
             let window_ns = if alone && unbound(e.member.policy) {
                 ALONE_WINDOW_NS
             } else {
