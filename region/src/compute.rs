@@ -22,6 +22,11 @@ pub const LOCAL_REFILL_NS: u64 = 1_000_000;
 /// The most a [`COMPUTE_LOCAL`] bucket holds: this long at its share (no hoarding while
 /// idle beyond a few milliseconds).
 pub const LOCAL_BURST_NS: u64 = 5_000_000;
+/// How long a device in daemon mode may go without a refill before its processes take over
+/// in local mode (`Region::take_over_if_daemon_silent`): the daemon refills every 5 ms, so
+/// this long means it died, or stalled badly enough that keeping the last share is better
+/// than waiting for it.
+pub const DAEMON_SILENT_NS: u64 = 100_000_000;
 /// The deepest debt a bucket is refilled from: a kernel longer than this is not charged in
 /// full (it is several seconds of GPU time, far past any refill period).
 pub const MAX_DEBT_NS: i64 = 5_000_000_000;

@@ -139,7 +139,9 @@ pub struct ComputeAccount {
     /// [`PRIORITY_ONLINE`] or [`PRIORITY_OFFLINE`]. Written by `controld`.
     pub priority: AtomicU32,
     /// The share the processes refill themselves with in [`COMPUTE_LOCAL`] mode, in parts
-    /// per million of the device's time. Written by the library (`TESSERA_COMPUTE`).
+    /// per million of the device's time. Written by the library (`TESSERA_COMPUTE`), or by
+    /// `controld` every tick as the share the container keeps if the daemon goes silent
+    /// (what it gets when every container on the device has work).
     pub local_share_ppm: AtomicU32,
     /// The share the scheduler gives the container now, in ppm. Written by `controld`, for
     /// status and metrics.

@@ -37,7 +37,9 @@ pub mod spans;
 pub mod units;
 
 pub use board::{Board, BOARD_FILE};
-pub use compute::{monotonic_ns, Woken, LOCAL_BURST_NS, LOCAL_REFILL_NS, MAX_DEBT_NS};
+pub use compute::{
+    monotonic_ns, Woken, DAEMON_SILENT_NS, LOCAL_BURST_NS, LOCAL_REFILL_NS, MAX_DEBT_NS,
+};
 pub use error::RegionError;
 pub use layout::{MAX_DEVICES, MAX_PROCESSES};
 pub use memory::OverCap;
@@ -187,6 +189,40 @@ impl Region {
             limited.fetch_or(bit, Ordering::Relaxed);
         }
         account.wake_gate();
+    }
+
+    /// Takes device `dev` over from a daemon that has gone silent: when the device is in
+    /// [`COMPUTE_DAEMON`](layout::COMPUTE_DAEMON) mode and its bucket was last refilled at
+    /// least [`DAEMON_SILENT_NS`] before `now_ns`, one process of the container (the one
+    /// whose compare-and-swap moves the refill time) lifts the block no one would lift and
+    /// puts the device in local mode at the share the daemon left in `local_share_ppm`, so
+    /// that the processes refill the bucket themselves. A daemon that adopts the region
+    /// again sets its own mode. Returns whether this call took over.
+    pub fn take_over_if_daemon_silent(&self, dev: usize, now_ns: u64) -> bool {
+        let Some(a) = self.layout().compute.get(dev) else {
+            return false;
+        };
+        // Relaxed (both): settings and a timestamp read afresh; the compare-and-swap below
+        // makes the take-over one process's.
+        if a.mode.load(Ordering::Relaxed) != layout::COMPUTE_DAEMON {
+            return false;
+        }
+        let last = a.last_refill_ns.load(Ordering::Relaxed);
+        if last == 0 || now_ns.saturating_sub(last) < DAEMON_SILENT_NS {
+            return false;
+        }
+        // Relaxed (both): see above.
+        if a.last_refill_ns
+            .compare_exchange(last, now_ns, Ordering::Relaxed, Ordering::Relaxed)
+            .is_err()
+        {
+            return false;
+        }
+        // SeqCst: the refiller's "change the block, then wake" of the gate protocol; the
+        // mode change below wakes the gate.
+        a.blocked.store(0, Ordering::SeqCst);
+        self.set_compute_mode(dev, layout::COMPUTE_LOCAL);
+        true
     }
 
     /// The header's `compute_limited`: bit `d` set while device `d`'s compute is limited.

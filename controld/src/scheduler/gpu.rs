@@ -418,14 +418,20 @@ impl GpuScheduler {
             .filter(|c| c.demanding && c.priority == Priority::Online)
             .count();
         let unbound = |p: ComputePolicy| !matches!(p, ComputePolicy::Fixed(q) if q < 100);
-        for (((e, d), refund), claim) in self
+        // What each container keeps if this daemon goes silent: its share when every
+        // container here has work (its processes take over with it, see
+        // `Region::take_over_if_daemon_silent`).
+        let fallback = rates::decide(&self.everyone_working());
+        for ((((e, d), refund), claim), keep) in self
             .entries
             .iter()
             .zip(&decisions)
             .zip(refunds)
             .zip(&claims)
+            .zip(&fallback)
         {
             let a = e.account(gpu);
+            store_if_changed(&a.local_share_ppm, keep.share_ppm);
             // An online container is alone when no other online container works (offline
             // work gives way to it anyway); an offline one keeps its small window wherever
             // online work may start, since what it has queued is what online work meets.
@@ -512,6 +518,19 @@ impl GpuScheduler {
         self.settled.refund.clone()
     }
 
+    /// Every container as working and online: the claims whose shares each keeps when the
+    /// daemon stops or goes silent.
+    fn everyone_working(&self) -> Vec<Claim> {
+        self.entries
+            .iter()
+            .map(|e| Claim {
+                policy: e.member.policy,
+                priority: Priority::Online,
+                demanding: true,
+            })
+            .collect()
+    }
+
     /// When the scheduler stops: every container keeps the share it would get if all of
     /// them had work ([`hand_over`]); no one keeps a board bit, since no one would drop it.
     fn hand_over_all(&self, board: Option<&Board>) {
@@ -521,16 +540,11 @@ impl GpuScheduler {
         if let Some(board) = board {
             board.retain(self.gpu, 0);
         }
-        let claims: Vec<Claim> = self
+        for (e, d) in self
             .entries
             .iter()
-            .map(|e| Claim {
-                policy: e.member.policy,
-                priority: Priority::Online,
-                demanding: true,
-            })
-            .collect();
-        for (e, d) in self.entries.iter().zip(rates::decide(&claims)) {
+            .zip(rates::decide(&self.everyone_working()))
+        {
             hand_over(&e.member.region, self.gpu, d.share_ppm);
         }
     }

@@ -215,7 +215,14 @@ fn wait_for_admission(region: &Region, device: usize, work: Work) -> bool {
         if !acct.is_limited() {
             break false;
         }
-        acct.refill_local(monotonic_ns());
+        let now = monotonic_ns();
+        if region.take_over_if_daemon_silent(device, now) {
+            crate::tlog!(
+                warn,
+                "controld has not refilled device {device} for 100 ms; its processes keep its last share themselves until a daemon adopts the region"
+            );
+        }
+        acct.refill_local(now);
         measure::harvest(region, false);
         if waiting_since.is_none() {
             if try_admit(acct, device, work).is_ok() {
