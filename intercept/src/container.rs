@@ -261,7 +261,7 @@ impl Container {
     }
 
     /// What this process holds on `device`; 0 before it has a slot (never claims one).
-    fn memory_held(&self, device: usize) -> u64 {
+    pub(crate) fn memory_held(&self, device: usize) -> u64 {
         // Acquire: pairs with the Release store in `claim_slot` (see `slot`).
         let slot = SLOT.load(Ordering::Acquire);
         if slot.is_null() {

@@ -101,8 +101,14 @@ pub struct DeviceAccount {
     /// Bytes reserved by all processes of the container. Only a compare-and-swap against
     /// `memory_cap` makes it grow, so it never passes the cap that was in force.
     pub memory_used: AtomicU64,
+    /// What a context of the container costs on the device, in bytes, as the library last
+    /// measured one; 0 until then. The library reserves this much before it makes the next
+    /// context (and trues the reservation up after), so that a context's memory is counted
+    /// before it exists. Written by the library, a hint only: a spoiled value costs the
+    /// container a refused or over-reserved context, never memory beyond its cap.
+    pub context_bytes: AtomicU64,
     /// Zero; pads the account to a cache line.
-    pub reserved: [u8; 48],
+    pub reserved: [u8; 40],
 }
 
 /// One process's slot in the process table.
@@ -272,6 +278,7 @@ const _: () = assert!(offset_of!(Header, compute_limited) == 96);
 const _: () = assert!(offset_of!(Header, reserved) == 100);
 const _: () = assert!(size_of::<DeviceAccount>() == 64);
 const _: () = assert!(offset_of!(DeviceAccount, memory_used) == 8);
+const _: () = assert!(offset_of!(DeviceAccount, context_bytes) == 16);
 const _: () = assert!(size_of::<ProcessEntry>() == 192);
 const _: () = assert!(offset_of!(ProcessEntry, pid) == 4);
 const _: () = assert!(offset_of!(ProcessEntry, memory) == 8);
@@ -363,6 +370,7 @@ pub fn describe() -> Vec<FieldLayout> {
         whole!("tessera_device_account", DeviceAccount),
         field!("tessera_device_account", DeviceAccount, memory_cap),
         field!("tessera_device_account", DeviceAccount, memory_used),
+        field!("tessera_device_account", DeviceAccount, context_bytes),
         field!("tessera_device_account", DeviceAccount, reserved),
         whole!("tessera_compute_account", ComputeAccount),
         field!("tessera_compute_account", ComputeAccount, mode),

@@ -276,6 +276,23 @@ impl Region {
         self.account(dev).map_or(0, |a| MemoryCap(a).used())
     }
 
+    /// What a context costs on device `dev`, as last measured by a process of the container
+    /// ([`DeviceAccount::context_bytes`]); `None` until one was. Untrusted, like all of a
+    /// region: a hint for reserving, never a figure anything is given back by.
+    pub fn context_bytes(&self, dev: usize) -> Option<u64> {
+        // Relaxed: a single word of its own; no other data is read on the strength of it.
+        let bytes = self.account(dev)?.context_bytes.load(Ordering::Relaxed);
+        (bytes != 0).then_some(bytes)
+    }
+
+    /// Records what a context was measured to cost on device `dev`.
+    pub fn set_context_bytes(&self, dev: usize, bytes: u64) {
+        if let Some(a) = self.account(dev) {
+            // Relaxed: as in `context_bytes`.
+            a.context_bytes.store(bytes, Ordering::Relaxed);
+        }
+    }
+
     /// Lets go, in a child created by `fork`, of the parent's slot locks; call it from a
     /// `pthread_atfork` child handler. The child shares the parent's lock file description,
     /// and with it the locks that keep the parent's slots alive: the child's descriptor is

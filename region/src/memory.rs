@@ -102,7 +102,8 @@ mod tests {
         DeviceAccount {
             memory_cap: AtomicU64::new(cap),
             memory_used: AtomicU64::new(0),
-            reserved: [0; 48],
+            context_bytes: AtomicU64::new(0),
+            reserved: [0; 40],
         }
     }
 

@@ -11,6 +11,8 @@ Modes for the memory-cap tests (the protocol of tests/clients/tessera_client.c):
            three allocate/free pairs; print "names {json}"
   hold <bytes>
            allocate on device 0, print "ready {json}", sleep until killed
+  primary  the primary-context sequence: at each step print "step {json}" (its name and
+           result code) and wait for a line
 """
 
 import json
@@ -165,8 +167,29 @@ def names():
     })
 
 
+def primary():
+    check("cuInit", cu.cuInit(0))
+    device = check("cuDeviceGet", cu.cuDeviceGet(0))
+
+    def step(name, result):
+        emit("step", {"pid": os.getpid(), "name": name, "rc": code(result)})
+        sys.stdin.readline()
+
+    step("retained", cu.cuDevicePrimaryCtxRetain(device))
+    step("retained_twice", cu.cuDevicePrimaryCtxRetain(device))
+    step("released_once", cu.cuDevicePrimaryCtxRelease(device))
+    step("released", cu.cuDevicePrimaryCtxRelease(device))
+    check("cuDevicePrimaryCtxRetain", cu.cuDevicePrimaryCtxRetain(device))
+    step("reset", cu.cuDevicePrimaryCtxReset(device))
+    step("late_release", cu.cuDevicePrimaryCtxRelease(device))
+    check("cuDevicePrimaryCtxRetain", cu.cuDevicePrimaryCtxRetain(device))
+    check("cuDevicePrimaryCtxRetain", cu.cuDevicePrimaryCtxRetain(device))
+    step("reset_retained_twice", cu.cuDevicePrimaryCtxReset(device))
+    step("retained_again", cu.cuDevicePrimaryCtxRetain(device))
+
+
 if __name__ == "__main__":
-    MODES = {"capfill": capfill, "names": names, "hold": hold}
+    MODES = {"capfill": capfill, "names": names, "hold": hold, "primary": primary}
     if len(sys.argv) > 1:
         if sys.argv[1] not in MODES:
             print(f"unknown mode {sys.argv[1]!r}: one of {sorted(MODES)}", file=sys.stderr)

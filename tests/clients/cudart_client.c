@@ -16,6 +16,12 @@
  *       requests it gets) is resolved again through the cuGetProcAddress_v2 that dlsym
  *       gives for libcuda.so.1, as the runtime finds it; print "procmap [json]" with the
  *       library and symbol dladdr names for each answer
+ *   primary
+ *       the runtime's primary context beside the driver API's: at each step print
+ *       "step {json}" (its name and result code) and wait for a line: cudaFree(0) (the
+ *       runtime retains the context), a driver-API retain and its release (found with
+ *       dlsym, as an application that mixes the two APIs calls them), cudaDeviceReset,
+ *       cudaFree(0) again
  *
  * The runtime's API is declared here by hand. A failing call other than the one a mode
  * expects exits 1, naming it. */
@@ -388,6 +394,35 @@ static int mode_procmap(const char *requests) {
     return 0;
 }
 
+/* One step of the primary sequence: report it and wait for the test. */
+static void primary_step(const char *name, int rc) {
+    printf("step {\"pid\":%d,\"name\":\"%s\",\"rc\":%d}\n", (int)getpid(), name, rc);
+    fflush(stdout);
+    char line[64];
+    if (fgets(line, sizeof line, stdin) == NULL)
+        return;
+}
+
+static int mode_primary(void) {
+    int (*retain)(void **, int);
+    int (*release)(int);
+    void *r = dlsym(RTLD_DEFAULT, "cuDevicePrimaryCtxRetain");
+    void *l = dlsym(RTLD_DEFAULT, "cuDevicePrimaryCtxRelease_v2");
+    if (r == NULL || l == NULL) {
+        fprintf(stderr, "the driver's primary-context entry points are not loaded\n");
+        return 1;
+    }
+    memcpy(&retain, &r, sizeof r);
+    memcpy(&release, &l, sizeof l);
+    void *ctx = NULL;
+    primary_step("runtime", cudaFree(NULL));
+    primary_step("driver_retain", retain(&ctx, 0));
+    primary_step("driver_release", release(0));
+    primary_step("device_reset", cudaDeviceReset());
+    primary_step("runtime_again", cudaFree(NULL));
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc >= 4 && strcmp(argv[1], "run") == 0)
         return mode_run(argv[2], strtoull(argv[3], NULL, 10));
@@ -395,8 +430,10 @@ int main(int argc, char **argv) {
         return mode_capfill(argv[2]);
     if (argc >= 3 && strcmp(argv[1], "procmap") == 0)
         return mode_procmap(argv[2]);
+    if (argc >= 2 && strcmp(argv[1], "primary") == 0)
+        return mode_primary();
     fprintf(stderr, "usage: %s run <tessera.ptx> <spin ns> | capfill <tessera.ptx> | "
-                    "procmap <request file>\n",
+                    "procmap <request file> | primary\n",
             argv[0]);
     return 2;
 }

@@ -80,6 +80,7 @@ enum {
     X(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", 7000,                            \
       (CUcontext *ctx, CUdevice device))                                                     \
     X(cuDevicePrimaryCtxRelease_v2, "cuDevicePrimaryCtxRelease", 11000, (CUdevice device))   \
+    X(cuDevicePrimaryCtxReset_v2, "cuDevicePrimaryCtxReset", 11000, (CUdevice device))       \
     X(cuCtxSetCurrent, "cuCtxSetCurrent", 4000, (CUcontext ctx))                             \
     X(cuCtxSynchronize, "cuCtxSynchronize", 2000, (void))                                    \
     X(cuMemGetInfo_v2, "cuMemGetInfo", 3020, (size_t *free_bytes, size_t *total_bytes))      \

@@ -34,6 +34,10 @@
  *                           allocate/free pairs; print "names {json}" with the debug
  *                           counters of libtessera.so and of rtld_next_shim.so if loaded
  *   launch <tessera.ptx>    the round trip of driver_common.c; print "counters {json}"
+ *   primary                 the primary-context sequence of the context-cap tests: at each
+ *                           step print "step {json}" (its name and result code) and wait for
+ *                           a line: retain, retain, release, release, retain + reset, a
+ *                           release after the reset, retain twice + reset, retain
  *   procmap v1|v2 <base>:<version>:<flags>...
  *                           resolve each through cuGetProcAddress[_v2] (found with dlsym on
  *                           libcuda.so.1) and print, per query, the library and symbol that
@@ -611,6 +615,34 @@ static int mode_forkhold(size_t bytes) {
         pause();
 }
 
+/* One step of the primary-context sequence: report it and wait for the test. */
+static void primary_step(const char *name, CUresult rc) {
+    char json[128];
+    snprintf(json, sizeof json, "{\"pid\":%d,\"name\":\"%s\",\"rc\":%d}", (int)getpid(), name,
+             rc);
+    emit("step", json);
+    wait_for_go();
+}
+
+static int mode_primary(void) {
+    CUdevice device;
+    CUcontext ctx = NULL;
+    CHECK(&d, cuInit(0));
+    CHECK(&d, cuDeviceGet(&device, 0));
+    primary_step("retained", d.cuDevicePrimaryCtxRetain(&ctx, device));
+    primary_step("retained_twice", d.cuDevicePrimaryCtxRetain(&ctx, device));
+    primary_step("released_once", d.cuDevicePrimaryCtxRelease_v2(device));
+    primary_step("released", d.cuDevicePrimaryCtxRelease_v2(device));
+    CHECK(&d, cuDevicePrimaryCtxRetain(&ctx, device));
+    primary_step("reset", d.cuDevicePrimaryCtxReset_v2(device));
+    primary_step("late_release", d.cuDevicePrimaryCtxRelease_v2(device));
+    CHECK(&d, cuDevicePrimaryCtxRetain(&ctx, device));
+    CHECK(&d, cuDevicePrimaryCtxRetain(&ctx, device));
+    primary_step("reset_retained_twice", d.cuDevicePrimaryCtxReset_v2(device));
+    primary_step("retained_again", d.cuDevicePrimaryCtxRetain(&ctx, device));
+    return 0;
+}
+
 static int mode_names(void) {
     CUdevice device;
     CUcontext ctx;
@@ -723,6 +755,8 @@ int main(int argc, char **argv) {
     if (bind_driver(&d) != 0)
         return 1;
     int device = argc >= 3 ? atoi(argv[2]) : 0;
+    if (strcmp(mode, "primary") == 0)
+        return mode_primary();
     if (strcmp(mode, "capfill") == 0)
         return mode_capfill(device);
     if (strcmp(mode, "probe") == 0)

@@ -1,39 +1,54 @@
 //! Context overhead: a context costs device memory (hundreds of MiB on a real GPU) from
-//! its creation until it is destroyed or, for a primary context, until its last release or
-//! a reset. The cost is measured, not guessed: the device's memory in use just before and
-//! just after the driver makes the context, less what the container itself allocated or
-//! freed meanwhile. Over the cap the context is undone and the call fails with
-//! `CUDA_ERROR_OUT_OF_MEMORY`.
+//! its creation until it is destroyed or, for a primary context, until the driver says it
+//! is no longer active (its last release, or a reset).
+//!
+//! Reserve, then create: before the driver makes a context, its expected cost (what the
+//! container's last context on the device was measured to cost, kept in the region) is
+//! reserved against the cap, so that at no instant does the device hold more of the
+//! container's memory than the cap. After it is made, the context is measured and the
+//! reservation trued up to the figure: this process's own memory on the device (NVML's
+//! per-process figure) before and after, less what the process itself allocated or freed
+//! meanwhile, so that other containers' allocations do not enter it; where NVML does not list
+//! this process (another pid namespace), the device's whole memory in use, less what the
+//! container allocated or freed meanwhile. Over the cap the context is undone and the call
+//! fails with `CUDA_ERROR_OUT_OF_MEMORY`.
+//!
+//! A primary context's charge is given back only when the driver reports the context
+//! inactive (`cuDevicePrimaryCtxGetState`) after a release or reset, whoever's retains and
+//! releases came before: the driver's own reference count decides, never one kept here.
 //!
 //! Context calls are rare and serialised here, so that two measurements in this process
 //! never overlap.
 
 use super::{current_device, forget_context, real, OUT_OF_MEMORY, SUCCESS};
-use crate::container::{self, Container};
+use crate::container::{self, Container, Reservation};
 use std::collections::HashMap;
 use std::ffi::{c_char, c_void};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use tessera_region::MAX_DEVICES;
 
-/// A primary context as this process has retained it.
-#[derive(Clone, Copy, Default)]
+/// A primary context this process counts: counted from the retain that made it active until
+/// the driver reports it inactive.
+#[derive(Clone, Copy)]
 struct Primary {
-    retained: u32,
-    /// Counted while retained.
+    /// Its overhead, held against the cap.
     bytes: u64,
     /// Its handle, for the allocations that go with it.
     handle: usize,
 }
 
+/// What is reserved for a context whose cost nobody in the container has measured yet: as
+/// much as a context costs on the largest GPUs (with lazy module loading), and never more
+/// than what the cap leaves. Trued up to the measured figure as soon as the context exists.
+const FIRST_CONTEXT_GUESS: u64 = 512 << 20;
+
 /// What the contexts of this process hold.
 struct Book {
     /// The fork generation it describes; a fork child starts a new book.
     generation: u32,
-    primary: [Primary; MAX_DEVICES],
+    primary: [Option<Primary>; MAX_DEVICES],
     /// Created contexts: handle to (device, bytes).
     created: HashMap<usize, (usize, u64)>,
-    /// The last overhead measured per device: used when a context's cannot be measured.
-    last_overhead: [u64; MAX_DEVICES],
 }
 
 static BOOK: Mutex<Option<Book>> = Mutex::new(None);
@@ -49,9 +64,8 @@ impl Locked {
         if !matches!(guard.as_ref(), Some(b) if b.generation == generation) {
             *guard = Some(Book {
                 generation,
-                primary: [Primary::default(); MAX_DEVICES],
+                primary: [None; MAX_DEVICES],
                 created: HashMap::new(),
-                last_overhead: [0; MAX_DEVICES],
             });
         }
         Locked(guard)
@@ -71,12 +85,17 @@ enum Gauge {
     Nvml(*mut c_void),
 }
 
-/// One reading of a device: what is in use on it, and what the container holds on it.
+/// One reading of a device: what is in use on it, what this process uses on it (by NVML),
+/// what the container holds on it and what this process holds on it.
 #[derive(Clone, Copy)]
 struct Reading {
     gauge: Gauge,
     device_used: u64,
+    /// `None` where NVML cannot say; `Some(0)` where it lists the device but not this process
+    /// (as before its first context).
+    process_used: Option<u64>,
     container_used: u64,
+    process_held: u64,
 }
 
 impl Reading {
@@ -90,20 +109,75 @@ impl Reading {
         Some(Reading {
             gauge,
             device_used: read(gauge, None)?,
+            process_used: nvml_device(device).and_then(|d| process_used(d, false)),
             container_used: c.memory_used(device),
+            process_held: c.memory_held(device),
         })
     }
 
     /// The overhead of the context made since this reading: `ctx` is pushed for a CUDA
-    /// reading if it is not current. What the container's own allocations changed meanwhile
-    /// is taken out; every race left (another container allocating at once, or this one
-    /// between reserving and allocating) can only make the figure larger, never smaller.
+    /// reading if it is not current.
+    ///
+    /// By this process's own figure where NVML lists the process now, less what its own
+    /// allocations changed meanwhile: exact, whatever other processes do. Otherwise by the
+    /// device's figure, less what the container's allocations changed meanwhile; then
+    /// another container allocating at once makes the figure larger, and one freeing at once
+    /// smaller (the serialisation of measurements keeps the container's own contexts out).
     fn overhead(&self, c: &Container, device: usize, ctx: Option<*mut c_void>) -> Option<u64> {
-        let device_used = read(self.gauge, ctx)?;
-        let container_used = c.memory_used(device);
-        let growth = i128::from(device_used) - i128::from(self.device_used);
-        let ours = i128::from(container_used) - i128::from(self.container_used);
-        Some(u64::try_from((growth - ours).max(0)).unwrap_or(u64::MAX))
+        let own = self.process_used.and_then(|before| {
+            let after = process_used(nvml_device(device)?, true)?;
+            let ours = i128::from(c.memory_held(device)) - i128::from(self.process_held);
+            Some(i128::from(after) - i128::from(before) - ours)
+        });
+        let grown = match own {
+            Some(grown) => grown,
+            None => {
+                let device_used = read(self.gauge, ctx)?;
+                let growth = i128::from(device_used) - i128::from(self.device_used);
+                let ours = i128::from(c.memory_used(device)) - i128::from(self.container_used);
+                growth - ours
+            }
+        };
+        Some(u64::try_from(grown.max(0)).unwrap_or(u64::MAX))
+    }
+}
+
+/// `nvmlProcessInfo_v2_t`: what NVML's `_v3` running-process query writes per process.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub(crate) struct ProcessInfo {
+    pid: u32,
+    used_gpu_memory: u64,
+    gpu_instance_id: u32,
+    compute_instance_id: u32,
+}
+
+/// Processes asked for at most: a node runs far fewer on one GPU.
+const MAX_LISTED: usize = 256;
+
+/// This process's memory on NVML device `device`: `Some(0)` when NVML lists other processes
+/// only and `listed` is false (before this process's first context), `None` when NVML cannot
+/// say or, with `listed`, does not list this process (another pid namespace).
+fn process_used(device: *mut c_void, listed: bool) -> Option<u64> {
+    let query = real::nvml_compute_processes()?;
+    let mut infos = vec![ProcessInfo::default(); MAX_LISTED];
+    let mut count = MAX_LISTED as u32;
+    // SAFETY: infos holds `count` entries of nvmlProcessInfo_v2_t for NVML to fill; it
+    // writes the number filled to our local.
+    let rc = unsafe { query(device, &mut count, infos.as_mut_ptr()) };
+    if rc != SUCCESS {
+        return None;
+    }
+    let pid = std::process::id();
+    let found = infos
+        .iter()
+        .take(count as usize)
+        .find(|i| i.pid == pid)
+        .map(|i| i.used_gpu_memory);
+    match found {
+        Some(bytes) => Some(bytes),
+        None if !listed => Some(0),
+        None => None,
     }
 }
 
@@ -163,22 +237,23 @@ fn nvml_device(device: usize) -> Option<*mut c_void> {
     (rc == SUCCESS).then_some(handle)
 }
 
-/// Measures and reserves the overhead of the context that `create` makes on `device`;
-/// returns the bytes held, or `None` (the context is to be undone) over the cap.
+/// Reserves the expected overhead of the context that `create` makes on `device`, makes it,
+/// measures it and trues the reservation up; returns the context and the bytes held, or
+/// `OUT_OF_MEMORY` over the cap (after `create` succeeded, the context is to be undone).
 ///
 /// `created` reads the new context's handle after `create` succeeded; `current` says
 /// whether the driver made it current (else it is pushed for the reading).
 fn count_overhead(
     c: &Container,
-    book: &mut Book,
     device: usize,
     create: impl FnOnce() -> u32,
     created: impl FnOnce() -> *mut c_void,
     current: bool,
 ) -> Result<(*mut c_void, u64), u32> {
-    // Held until the overhead is reserved, so that no other context of the container is
-    // made (uncounted yet) while this one is measured.
+    // Held until the overhead is trued up, so that no other context of the container is
+    // made (unmeasured yet) while this one is measured.
     let _serialised = c.measurement_lock();
+    let mut reservation = reserve_expected(c, device).ok_or(OUT_OF_MEMORY)?;
     let before = Reading::before(c, device);
     let rc = create();
     if rc != SUCCESS {
@@ -188,20 +263,23 @@ fn count_overhead(
     let measured = before.and_then(|r| r.overhead(c, device, (!current).then_some(handle)));
     let bytes = match measured {
         Some(bytes) => {
-            book.last_overhead[device] = bytes;
+            c.region().set_context_bytes(device, bytes);
             bytes
         }
         None => {
+            let kept = c
+                .region()
+                .context_bytes(device)
+                .unwrap_or(FIRST_CONTEXT_GUESS);
             crate::tlog!(
                 warn,
-                "could not measure the memory of a new context on device {device}; counting {} bytes",
-                book.last_overhead[device]
+                "could not measure the memory of a new context on device {device}; counting {kept} bytes",
             );
-            book.last_overhead[device]
+            kept
         }
     };
-    match c.reserve(device, bytes) {
-        Ok(r) => Ok((handle, r.keep())),
+    match reservation.resize(bytes) {
+        Ok(()) => Ok((handle, reservation.keep())),
         Err(over) => {
             crate::tlog!(
                 debug,
@@ -214,9 +292,46 @@ fn count_overhead(
     }
 }
 
+/// Reserves what the next context on `device` is expected to cost: the container's last
+/// measured figure, else [`FIRST_CONTEXT_GUESS`] or what the cap leaves, if less. `None`
+/// over the cap.
+fn reserve_expected(c: &Container, device: usize) -> Option<Reservation> {
+    let expected = match c.region().context_bytes(device) {
+        Some(bytes) => bytes,
+        None => {
+            let left = c
+                .memory_cap(device)
+                .map_or(u64::MAX, |cap| cap.saturating_sub(c.memory_used(device)));
+            FIRST_CONTEXT_GUESS.min(left)
+        }
+    };
+    match c.reserve(device, expected) {
+        Ok(r) => Some(r),
+        Err(over) => {
+            crate::tlog!(
+                debug,
+                "a context on device {device} is expected to need {expected} bytes: the container holds {} of {}",
+                over.used,
+                over.cap
+            );
+            None
+        }
+    }
+}
+
 /// The device of `dev` if it is one the container counts.
 fn counted_device(dev: i32) -> Option<usize> {
     usize::try_from(dev).ok().filter(|&d| d < MAX_DEVICES)
+}
+
+/// Whether the driver reports device `dev`'s primary context active; `None` when it cannot
+/// say.
+fn primary_active(dev: i32) -> Option<bool> {
+    let state = real::primary_ctx_get_state()?;
+    let (mut flags, mut active) = (0u32, 0i32);
+    // SAFETY: writes a flags word and an int to our locals.
+    let rc = unsafe { state(dev, &mut flags, &mut active) };
+    (rc == SUCCESS).then_some(active != 0)
 }
 
 /// Counts a created context.
@@ -234,13 +349,13 @@ unsafe fn create_counted(ctx: *mut *mut c_void, dev: i32, create: impl FnOnce() 
     let book = locked.book();
     // SAFETY: ctx is non-null and the driver has written it when this runs.
     let created = || unsafe { ctx.read() };
-    match count_overhead(c, book, device, create, created, true) {
+    match count_overhead(c, device, create, created, true) {
         Ok((handle, bytes)) => {
             book.created.insert(handle as usize, (device, bytes));
             SUCCESS
         }
         Err(OUT_OF_MEMORY) => {
-            // SAFETY: ctx is non-null and holds the context just made.
+            // SAFETY: ctx is non-null; the driver wrote it if it made a context.
             let handle = unsafe { ctx.read() };
             if !handle.is_null() {
                 if let Some(destroy) = real::ctx_destroy() {
@@ -337,28 +452,41 @@ pub(crate) unsafe fn primary_ctx_retain(
     }
     let mut locked = Locked::get();
     let book = locked.book();
-    if book.primary[device].retained > 0 {
+    // The driver's word on whether the context exists, not a count kept here: retains and
+    // releases may also reach the driver by paths this library does not see.
+    let active = primary_active(dev);
+    if book.primary[device].is_some() {
+        if active != Some(false) {
+            return call();
+        }
+        // Gone without this library seeing the call that ended it.
+        give_back_primary(c, book, device);
+    } else if active == Some(true) {
+        // Active, but made by a path this library does not see: counted at the container's
+        // measured cost of a context, as far as the cap allows (it exists already).
         let rc = call();
         if rc == SUCCESS {
-            book.primary[device].retained += 1;
+            count_unseen_primary(c, book, device, ctx);
         }
         return rc;
     }
     // SAFETY: ctx is non-null and the driver has written it when this runs.
     let created = || unsafe { ctx.read() };
-    match count_overhead(c, book, device, call, created, false) {
+    match count_overhead(c, device, call, created, false) {
         Ok((handle, bytes)) => {
-            book.primary[device] = Primary {
-                retained: 1,
+            book.primary[device] = Some(Primary {
                 bytes,
                 handle: handle as usize,
-            };
+            });
             SUCCESS
         }
         Err(OUT_OF_MEMORY) => {
-            if let Some(release) = real::primary_ctx_release() {
-                // SAFETY: gives back the retain the driver has just granted this call.
-                unsafe { release(dev) };
+            // SAFETY: ctx is non-null and the driver wrote it, if it made the context.
+            if !unsafe { ctx.read() }.is_null() {
+                if let Some(release) = real::primary_ctx_release() {
+                    // SAFETY: gives back the retain the driver has just granted this call.
+                    unsafe { release(dev) };
+                }
             }
             OUT_OF_MEMORY
         }
@@ -366,11 +494,48 @@ pub(crate) unsafe fn primary_ctx_retain(
     }
 }
 
+/// Counts a primary context found active without this library having seen it made.
+fn count_unseen_primary(c: &Container, book: &mut Book, device: usize, ctx: *mut *mut c_void) {
+    let bytes = c.region().context_bytes(device).unwrap_or(0);
+    // SAFETY: ctx is non-null and the driver wrote it on the success this follows.
+    let handle = unsafe { ctx.read() } as usize;
+    match c.reserve(device, bytes) {
+        Ok(r) => {
+            book.primary[device] = Some(Primary {
+                bytes: r.keep(),
+                handle,
+            })
+        }
+        Err(over) => {
+            crate::tlog!(
+                warn,
+                "the primary context of device {device} was made uncounted, and its {bytes} bytes pass the cap ({} of {} in use)",
+                over.used,
+                over.cap
+            );
+        }
+    }
+}
+
 /// Gives back a primary context's overhead and the allocations that went with it.
 fn give_back_primary(c: &Container, book: &mut Book, device: usize) {
-    let p = std::mem::take(&mut book.primary[device]);
-    c.release(device, p.bytes, book.generation);
-    forget_context(p.handle);
+    if let Some(p) = book.primary[device].take() {
+        c.release(device, p.bytes, book.generation);
+        forget_context(p.handle);
+    }
+}
+
+/// After a successful release or reset: gives the primary context's charge back if the
+/// driver says it is gone. Where the driver cannot say, a reset has ended it for certain
+/// and a release is assumed not to have (the charge stays: never memory given back that is
+/// still held).
+fn settle_primary(c: &Container, book: &mut Book, dev: i32, device: usize, reset: bool) {
+    if book.primary[device].is_none() {
+        return;
+    }
+    if !primary_active(dev).unwrap_or(!reset) {
+        give_back_primary(c, book, device);
+    }
 }
 
 /// # Safety
@@ -383,12 +548,8 @@ pub(crate) unsafe fn primary_ctx_release(real: unsafe extern "C" fn(i32) -> u32,
     let mut locked = Locked::get();
     // SAFETY: the caller's argument, passed on.
     let rc = unsafe { real(dev) };
-    let book = locked.book();
-    if rc == SUCCESS && book.primary[device].retained > 0 {
-        book.primary[device].retained -= 1;
-        if book.primary[device].retained == 0 {
-            give_back_primary(c, book, device);
-        }
+    if rc == SUCCESS {
+        settle_primary(c, locked.book(), dev, device, false);
     }
     rc
 }
@@ -403,9 +564,8 @@ pub(crate) unsafe fn primary_ctx_reset(real: unsafe extern "C" fn(i32) -> u32, d
     let mut locked = Locked::get();
     // SAFETY: the caller's argument, passed on.
     let rc = unsafe { real(dev) };
-    let book = locked.book();
-    if rc == SUCCESS && book.primary[device].retained > 0 {
-        give_back_primary(c, book, device);
+    if rc == SUCCESS {
+        settle_primary(c, locked.book(), dev, device, true);
     }
     rc
 }

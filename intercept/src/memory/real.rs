@@ -27,6 +27,7 @@ real_fns! {
     Cuda c"cuCtxPopCurrent_v2" fn ctx_pop_current: unsafe extern "C" fn(*mut *mut c_void) -> u32;
     Cuda c"cuCtxDestroy_v2" fn ctx_destroy: unsafe extern "C" fn(*mut c_void) -> u32;
     Cuda c"cuDevicePrimaryCtxRelease_v2" fn primary_ctx_release: unsafe extern "C" fn(i32) -> u32;
+    Cuda c"cuDevicePrimaryCtxGetState" fn primary_ctx_get_state: unsafe extern "C" fn(i32, *mut u32, *mut i32) -> u32;
     Cuda c"cuMemGetInfo_v2" fn mem_get_info: unsafe extern "C" fn(*mut usize, *mut usize) -> u32;
     Cuda c"cuMemFree_v2" fn mem_free: unsafe extern "C" fn(u64) -> u32;
     Cuda c"cuMemFreeAsync_ptsz" fn mem_free_async_ptsz: unsafe extern "C" fn(u64, *mut c_void) -> u32;
@@ -41,5 +42,6 @@ real_fns! {
     Nvml c"nvmlDeviceGetHandleByUUID" fn nvml_device_by_uuid: unsafe extern "C" fn(*const c_char, *mut *mut c_void) -> u32;
     Nvml c"nvmlDeviceGetUUID" fn nvml_device_uuid: unsafe extern "C" fn(*mut c_void, *mut c_char, u32) -> u32;
     Nvml c"nvmlDeviceGetIndex" fn nvml_device_index: unsafe extern "C" fn(*mut c_void, *mut u32) -> u32;
+    Nvml c"nvmlDeviceGetComputeRunningProcesses_v3" fn nvml_compute_processes: unsafe extern "C" fn(*mut c_void, *mut u32, *mut super::context::ProcessInfo) -> u32;
     Nvml c"nvmlDeviceGetMemoryInfo" fn nvml_memory_info: unsafe extern "C" fn(*mut c_void, *mut [u64; 3]) -> u32;
 }

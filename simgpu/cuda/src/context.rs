@@ -223,7 +223,8 @@ fn check_flags(flags: u32) -> DriverResult {
     Ok(())
 }
 
-fn create_and_push(pctx: *mut CUcontext, flags: u32, dev: CUdevice) -> DriverResult {
+/// Creates a context and makes it current; the driver's own callers come here directly.
+pub(crate) fn create_and_push(pctx: *mut CUcontext, flags: u32, dev: CUdevice) -> DriverResult {
     init::process()?;
     if pctx.is_null() {
         return Err(code::INVALID_VALUE);
@@ -246,7 +247,36 @@ fn destroy(handle: CUcontext) -> DriverResult {
     Ok(())
 }
 
-fn primary_release(dev: CUdevice) -> DriverResult {
+/// Retains the device's primary context, making it active if it was not, and writes its
+/// handle. The driver's own callers (the runtime's export table) come here directly, never
+/// through the exported symbol, which a preloaded library may have interposed.
+pub(crate) fn primary_retain(pctx: *mut CUcontext, dev: CUdevice) -> DriverResult {
+    init::process()?;
+    if pctx.is_null() {
+        return Err(code::INVALID_VALUE);
+    }
+    let ctx = with_primary(dev, |p, device| -> Result<Arc<Context>, CUresult> {
+        let ctx = p
+            .ctx
+            .get_or_insert_with(|| {
+                let ctx = Context::new(device, p.flags, true);
+                CONTEXTS.insert(Arc::clone(&ctx));
+                ctx
+            })
+            .clone();
+        if ctx.is_destroyed() {
+            ctx.activate(p.flags)?;
+        }
+        p.retained += 1;
+        Ok(ctx)
+    })??;
+    // SAFETY: checked non-null above; the caller provides a CUcontext to write.
+    unsafe { write_out(pctx, ctx.handle()) }
+}
+
+/// Gives back one retain of the device's primary context; the last makes it inactive.
+/// Called directly by the driver's own callers, like [`primary_retain`].
+pub(crate) fn primary_release(dev: CUdevice) -> DriverResult {
     init::process()?;
     // Under the table's lock, so that a concurrent retain finds the context either active
     // or already inactive.
@@ -287,27 +317,7 @@ fn primary_set_flags(dev: CUdevice, flags: u32) -> DriverResult {
 
 cuda_entry! {
     fn cuDevicePrimaryCtxRetain(pctx: *mut CUcontext, dev: CUdevice) {
-        init::process()?;
-        if pctx.is_null() {
-            return Err(code::INVALID_VALUE);
-        }
-        let ctx = with_primary(dev, |p, device| -> Result<Arc<Context>, CUresult> {
-            let ctx = p
-                .ctx
-                .get_or_insert_with(|| {
-                    let ctx = Context::new(device, p.flags, true);
-                    CONTEXTS.insert(Arc::clone(&ctx));
-                    ctx
-                })
-                .clone();
-            if ctx.is_destroyed() {
-                ctx.activate(p.flags)?;
-            }
-            p.retained += 1;
-            Ok(ctx)
-        })??;
-        // SAFETY: checked non-null above; the caller provides a CUcontext to write.
-        unsafe { write_out(pctx, ctx.handle()) }
+        primary_retain(pctx, dev)
     }
 
     fn cuDevicePrimaryCtxRelease(dev: CUdevice) {

@@ -9,6 +9,8 @@
 //! - `names`: calls the library does not intercept (name, attribute, count) and three
 //!   allocate/free pairs; print `names {json}`.
 //! - `hold <bytes>`: allocate on device 0, print `ready {json}`, sleep until killed.
+//! - `primary`: the primary-context sequence of the context-cap tests; at each step print
+//!   `step {json}` (its name and result code) and wait for a line on stdin.
 
 use cudarc::driver::{result, sys, CudaContext, DriverError};
 use std::process::ExitCode;
@@ -19,7 +21,10 @@ fn main() -> ExitCode {
         Some("capfill") => capfill(),
         Some("names") => names(),
         Some("hold") => hold(std::env::args().nth(2)),
-        Some(other) => Err(format!("unknown mode `{other}`: capfill, names or hold")),
+        Some("primary") => primary(),
+        Some(other) => Err(format!(
+            "unknown mode `{other}`: capfill, names, hold or primary"
+        )),
     };
     match outcome {
         Ok(report) => {
@@ -197,4 +202,44 @@ fn names() -> Result<String, String> {
     Ok(format!(
         "names {{\"binding\":\"cudarc\",\"name\":\"{name}\",\"sms\":{sms},\"count\":{count}}}"
     ))
+}
+
+/// One step of the primary-context sequence: reports it and waits for a line on stdin.
+fn primary_step(name: &str, rc: sys::CUresult) {
+    println!(
+        "step {{\"pid\":{},\"name\":\"{name}\",\"rc\":{}}}",
+        std::process::id(),
+        rc as u32
+    );
+    let mut line = String::new();
+    let _ = std::io::stdin().read_line(&mut line);
+}
+
+fn primary() -> Result<String, String> {
+    result::init().map_err(step("cuInit"))?;
+    let dev = result::device::get(0).map_err(step("cuDeviceGet"))?;
+    let mut ctx = std::ptr::null_mut();
+    // SAFETY (each call below): the driver's own entry points through cudarc's loaded
+    // library, with a device it returned and a context out-pointer to our local.
+    let retain = |ctx: &mut sys::CUcontext| unsafe { sys::cuDevicePrimaryCtxRetain(ctx, dev) };
+    // SAFETY: as above.
+    let release = || unsafe { sys::cuDevicePrimaryCtxRelease_v2(dev) };
+    // SAFETY: as above.
+    let reset = || unsafe { sys::cuDevicePrimaryCtxReset_v2(dev) };
+    let must = |what: &'static str, rc: sys::CUresult| match rc {
+        sys::CUresult::CUDA_SUCCESS => Ok(()),
+        e => Err(format!("{what}: {e:?}")),
+    };
+    primary_step("retained", retain(&mut ctx));
+    primary_step("retained_twice", retain(&mut ctx));
+    primary_step("released_once", release());
+    primary_step("released", release());
+    must("cuDevicePrimaryCtxRetain", retain(&mut ctx))?;
+    primary_step("reset", reset());
+    primary_step("late_release", release());
+    must("cuDevicePrimaryCtxRetain", retain(&mut ctx))?;
+    must("cuDevicePrimaryCtxRetain", retain(&mut ctx))?;
+    primary_step("reset_retained_twice", reset());
+    primary_step("retained_again", retain(&mut ctx));
+    Ok("primary done".to_string())
 }

@@ -74,13 +74,15 @@ unsafe extern "C" fn load_from_fatbin_with_options(
 /// retains the context itself (and releases it once at exit) when it first uses the device:
 /// so the handle is made to exist (simgpu keeps a primary context's handle for good) but the
 /// context is left as retained as it was.
+///
+/// Both steps are simgpu's own functions, not its exported entry points: a preloaded library
+/// that interposes those must see only the application's calls, as with a real driver, whose
+/// internal calls never pass through its exports.
 unsafe extern "C" fn primary_context(pctx: *mut CUcontext, dev: CUdevice) -> CUresult {
-    // SAFETY: a writable context handle, as the runtime passes it.
-    match unsafe { crate::context::cuDevicePrimaryCtxRetain(pctx, dev) } {
-        // SAFETY: no arguments beyond the device just retained.
-        code::SUCCESS => unsafe { crate::context::cuDevicePrimaryCtxRelease_v2(dev) },
-        e => e,
-    }
+    slot(|| {
+        crate::context::primary_retain(pctx, dev)?;
+        crate::context::primary_release(dev)
+    })
 }
 
 unsafe extern "C" fn acknowledge(_value: usize) -> CUresult {
@@ -91,8 +93,7 @@ unsafe extern "C" fn acknowledge(_value: usize) -> CUresult {
 pub(super) static CONTEXT_CREATE: Table<2> = Table::sized([NONE, create_context as *const c_void]);
 
 unsafe extern "C" fn create_context(pctx: *mut CUcontext, flags: u32, dev: CUdevice) -> CUresult {
-    // SAFETY: a writable context handle, as the runtime passes it.
-    unsafe { crate::context::cuCtxCreate_v2(pctx, flags, dev) }
+    slot(|| crate::context::create_and_push(pctx, flags, dev))
 }
 
 /// Checks the runtime makes of a context before using it.

@@ -1,0 +1,200 @@
+//! A context's memory under the cap: counted before the context exists and for as long as
+//! the driver says it does, whatever path retained or released it.
+//!
+//! - Every client kind walks the same primary-context sequence (retain twice, release twice,
+//!   reset, a release after the reset, reset of a context retained twice, retain again);
+//!   after each step the container's count equals, to the byte, what simgpu holds for the
+//!   process, and is zero exactly when the context is gone.
+//! - Eight processes of one 2 GiB container start and fill the cap at once, while the test
+//!   reads simgpu's device figure all along: no reading shows the container over its cap,
+//!   not even while a context is being made.
+
+use simgpu::node::Node;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tessera_region::Region;
+use tessera_tests::{ClientKind, Container, Running, SimNode};
+
+const GIB: u64 = 1 << 30;
+/// A context's cost: no round number, so that a count that forgets or rounds it shows.
+const CONTEXT: u64 = 50_000_000;
+
+/// The steps of the `primary` mode, each with whether the primary context exists after it.
+const SEQUENCE: [(&str, bool); 8] = [
+    ("retained", true),
+    ("retained_twice", true),
+    ("released_once", true),
+    ("released", false),
+    ("reset", false),
+    ("late_release", false),
+    ("reset_retained_twice", false),
+    ("retained_again", true),
+];
+
+fn primary_sequence_is_counted_exactly(kind: ClientKind) {
+    let node = SimNode::new("Small:4GiB:8", &[("SIMGPU_CONTEXT_MEMORY", "50000000")]);
+    let container = Container::new(&node, Some("1GiB"));
+    let who = kind.name();
+    let mut client = Running::spawn_interactive(
+        &mut kind.command(&container, "primary", &[]),
+        &format!("primary ({who})"),
+    );
+    let mut truth = None;
+    let mut region = None;
+    for (name, alive) in SEQUENCE {
+        let step = client.wait_for_json("step ", Duration::from_secs(120));
+        assert_eq!(step["name"], name, "{who}: steps out of order: {step}");
+        let truth =
+            truth.get_or_insert_with(|| Node::open_existing(node.state()).expect("open the node"));
+        let region = region.get_or_insert_with(|| {
+            Region::open(container.region()).expect("open the container's region")
+        });
+        // The node holds this one process: its device figure is the process's.
+        let held = truth.memory_used(0);
+        let counted = region.memory_used(0);
+        assert_eq!(
+            counted, held,
+            "{who}, after `{name}` ({step}): the container counts {counted} bytes, the \
+             driver holds {held}"
+        );
+        let expected = if alive { CONTEXT } else { 0 };
+        assert_eq!(
+            held,
+            expected,
+            "{who}, after `{name}` ({step}): the context should {} (the driver holds {held})",
+            if alive { "exist" } else { "be gone" }
+        );
+        client.send_line("go");
+    }
+    let status = client.wait(Duration::from_secs(30));
+    assert!(status.success(), "{who}: the client failed ({status})");
+}
+
+#[test]
+fn primary_sequence_c_linked() {
+    primary_sequence_is_counted_exactly(ClientKind::CLinked);
+}
+
+#[test]
+fn primary_sequence_c_dlopen() {
+    primary_sequence_is_counted_exactly(ClientKind::CDlopen);
+}
+
+#[test]
+fn primary_sequence_c_proc_address() {
+    primary_sequence_is_counted_exactly(ClientKind::CProcAddress);
+}
+
+#[test]
+fn primary_sequence_cudarc() {
+    primary_sequence_is_counted_exactly(ClientKind::Cudarc);
+}
+
+#[test]
+fn primary_sequence_cuda_bindings() {
+    primary_sequence_is_counted_exactly(ClientKind::Python);
+}
+
+/// Processes that start at once in one container.
+const RACERS: usize = 8;
+/// The cap they share: room for six of their contexts (300 MiB each), not eight.
+const RACE_CAP: u64 = 2 * GIB;
+
+/// Reads simgpu's device figure until told to stop; returns the readings taken, the
+/// highest, and the longest gap between two readings.
+fn sample(truth: Node, stop: Arc<AtomicBool>, highest: Arc<AtomicU64>) -> (u64, Duration) {
+    let mut samples = 0;
+    let mut widest = Duration::ZERO;
+    let mut last = Instant::now();
+    // Acquire: pairs with the Release store that ends the race, so that every reading the
+    // race made is taken before the loop ends.
+    while !stop.load(Ordering::Acquire) {
+        let used = truth.memory_used(0);
+        // Relaxed: a maximum read once the sampler has been joined.
+        highest.fetch_max(used, Ordering::Relaxed);
+        samples += 1;
+        let now = Instant::now();
+        widest = widest.max(now - last);
+        last = now;
+        std::thread::sleep(Duration::from_micros(20));
+    }
+    (samples, widest)
+}
+
+#[test]
+fn eight_processes_starting_at_once_never_pass_the_cap() {
+    let _serial = tessera_tests::timing_lock();
+    // The node holds nothing but this container, so the device's figure is the container's.
+    let node = SimNode::new("Small:4GiB:8", &[("SIMGPU_CONTEXT_MEMORY", "300MiB")]);
+    let container = Container::new(&node, Some("2GiB"));
+    // A first process, of another container, makes the node (the sampler needs it) and is
+    // gone before the race: the racing container has measured no context yet.
+    let other = Container::new(&node, None);
+    let out = tessera_tests::run_with_timeout(
+        &mut ClientKind::CLinked.command(&other, "probe", &[]),
+        Duration::from_secs(60),
+    );
+    tessera_tests::assert_success(&out, "probe before the race");
+    let truth = Node::open_existing(node.state()).expect("open the node's state");
+    let stop = Arc::new(AtomicBool::new(false));
+    let highest = Arc::new(AtomicU64::new(0));
+    let sampler = {
+        let (stop, highest) = (Arc::clone(&stop), Arc::clone(&highest));
+        std::thread::spawn(move || sample(truth, stop, highest))
+    };
+
+    let mut racers: Vec<Running> = (0..RACERS)
+        .map(|i| {
+            Running::spawn_interactive(
+                &mut ClientKind::CLinked.command(&container, "capfill", &[]),
+                &format!("racer {i}"),
+            )
+        })
+        .collect();
+    // Each racer either fills the cap and waits, or is refused its context and exits.
+    let mut filled = 0;
+    for racer in &mut racers {
+        if racer
+            .try_wait_for_line("full ", Duration::from_secs(180))
+            .is_some()
+        {
+            filled += 1;
+        }
+    }
+    // Release: the sampler's Acquire load sees every reading before it stops.
+    stop.store(true, Ordering::Release);
+    let (samples, widest) = sampler.join().expect("the sampler");
+    // Relaxed: the sampler has been joined.
+    let highest = highest.load(Ordering::Relaxed);
+    for racer in &mut racers {
+        if racer.try_status().is_none() {
+            racer.send_line("go");
+        }
+    }
+    for (i, mut racer) in racers.into_iter().enumerate() {
+        let status = racer.wait(Duration::from_secs(60));
+        // A racer refused its context exits 1; any other failure is a bug.
+        assert!(
+            status.code().is_some(),
+            "racer {i} died by a signal ({status})"
+        );
+    }
+    eprintln!(
+        "{samples} readings, the widest gap {widest:?}, the highest {highest} bytes, \
+         {filled} racers filled the cap"
+    );
+    assert!(
+        highest <= RACE_CAP,
+        "the container held {highest} bytes on the device, {} over its 2 GiB cap",
+        highest - RACE_CAP
+    );
+    assert!(
+        filled >= 1,
+        "no racer reached the cap: the race tested nothing"
+    );
+    assert!(
+        highest > RACE_CAP - 300 * (1 << 20),
+        "the container never came near its cap (highest {highest} bytes)"
+    );
+}
