@@ -101,11 +101,11 @@ const RACERS: usize = 8;
 /// The cap they share: room for six of their contexts (300 MiB each), not eight.
 const RACE_CAP: u64 = 2 * GIB;
 
-/// Reads simgpu's device figure until told to stop; returns the readings taken, the
-/// highest, and the longest gap between two readings.
-fn sample(truth: Node, stop: Arc<AtomicBool>, highest: Arc<AtomicU64>) -> (u64, Duration) {
-    let mut samples = 0;
-    let mut widest = Duration::ZERO;
+/// Reads simgpu's device figure, back to back, until told to stop; returns the readings
+/// taken and the median gap between two (what a loaded machine allows; reported, not
+/// asserted).
+fn sample(truth: Node, stop: Arc<AtomicBool>, highest: Arc<AtomicU64>) -> (usize, Duration) {
+    let mut gaps = Vec::new();
     let mut last = Instant::now();
     // Acquire: pairs with the Release store that ends the race, so that every reading the
     // race made is taken before the loop ends.
@@ -113,13 +113,16 @@ fn sample(truth: Node, stop: Arc<AtomicBool>, highest: Arc<AtomicU64>) -> (u64, 
         let used = truth.memory_used(0);
         // Relaxed: a maximum read once the sampler has been joined.
         highest.fetch_max(used, Ordering::Relaxed);
-        samples += 1;
         let now = Instant::now();
-        widest = widest.max(now - last);
+        gaps.push(now - last);
         last = now;
-        std::thread::sleep(Duration::from_micros(20));
+        std::hint::spin_loop();
     }
-    (samples, widest)
+    gaps.sort();
+    (
+        gaps.len(),
+        gaps.get(gaps.len() / 2).copied().unwrap_or_default(),
+    )
 }
 
 #[test]
@@ -164,7 +167,7 @@ fn eight_processes_starting_at_once_never_pass_the_cap() {
     }
     // Release: the sampler's Acquire load sees every reading before it stops.
     stop.store(true, Ordering::Release);
-    let (samples, widest) = sampler.join().expect("the sampler");
+    let (samples, median) = sampler.join().expect("the sampler");
     // Relaxed: the sampler has been joined.
     let highest = highest.load(Ordering::Relaxed);
     for racer in &mut racers {
@@ -181,7 +184,7 @@ fn eight_processes_starting_at_once_never_pass_the_cap() {
         );
     }
     eprintln!(
-        "{samples} readings, the widest gap {widest:?}, the highest {highest} bytes, \
+        "{samples} readings, {median:?} apart (median), the highest {highest} bytes, \
          {filled} racers filled the cap"
     );
     assert!(

@@ -15,7 +15,7 @@ use std::process::{Command, Output};
 use std::time::Duration;
 use tessera_tests::{
     assert_success, compile_client, json_u64, kernels_ptx, python_with, run_with_timeout,
-    workspace_root, Container, SimNode,
+    workspace_root, Container, Running, SimNode,
 };
 
 const GIB: u64 = 1 << 30;
@@ -425,4 +425,64 @@ fn cudart_12_proc_address_answers_are_the_wrappers() {
 #[test]
 fn cudart_12_static_proc_address_answers_are_the_wrappers() {
     proc_address_answers(Runtime::Static12);
+}
+
+/// The runtime's primary context beside the driver API's, under a cap: after each step of
+/// the client's `primary` mode (the runtime's own retain, which also asks the driver for the
+/// context through its export table; a driver-API retain and release; `cudaDeviceReset`; the
+/// runtime again) the container counts exactly what simgpu holds for the process, and the
+/// context is counted exactly while it exists.
+fn primary_context_is_counted_exactly(runtime: Runtime) {
+    let who = runtime.name();
+    let exe = runtime.client();
+    let node = node();
+    let container = capped(&node);
+    let mut cmd = container.command(&exe);
+    cmd.arg("primary");
+    let mut client = Running::spawn_interactive(&mut cmd, &format!("primary ({who})"));
+    let steps = [
+        ("runtime", true),
+        ("driver_retain", true),
+        ("driver_release", true),
+        ("device_reset", false),
+        ("runtime_again", true),
+    ];
+    for (name, alive) in steps {
+        let step = client.wait_for_json("step ", Duration::from_secs(120));
+        assert_eq!(step["name"], name, "{who}: steps out of order: {step}");
+        assert_eq!(json_u64(&step, "/rc"), 0, "{who}: `{name}` failed: {step}");
+        let truth = simgpu::node::Node::open_existing(node.state()).expect("open the node");
+        let region = tessera_region::Region::open(container.region()).expect("open the region");
+        // The node holds this one process: its device figure is the process's.
+        let held = truth.memory_used(0);
+        assert_eq!(
+            region.memory_used(0),
+            held,
+            "{who}, after `{name}`: the container's count against the driver's figure"
+        );
+        assert_eq!(
+            held,
+            if alive { CONTEXT } else { 0 },
+            "{who}, after `{name}`: the context should {}",
+            if alive { "exist" } else { "be gone" }
+        );
+        client.send_line("go");
+    }
+    let status = client.wait(Duration::from_secs(30));
+    assert!(status.success(), "{who}: the client failed ({status})");
+}
+
+#[test]
+fn cudart_12_primary_context_is_counted_exactly() {
+    primary_context_is_counted_exactly(Runtime::Shared12);
+}
+
+#[test]
+fn cudart_12_static_primary_context_is_counted_exactly() {
+    primary_context_is_counted_exactly(Runtime::Static12);
+}
+
+#[test]
+fn cudart_11_8_primary_context_is_counted_exactly() {
+    primary_context_is_counted_exactly(Runtime::Shared11);
 }
