@@ -89,7 +89,8 @@ struct tessera_header {
     uint32_t ready;            /* atomic: 1 once creation finished (load with acquire) */
     char name[TESSERA_NAME_LEN]; /* container name, [a-z0-9][a-z0-9-]{0,62}, NUL-padded */
     uint32_t compute_limited;  /* atomic: bit d set while devices' compute[d].mode != UNLIMITED */
-    uint8_t reserved[28];      /* zero */
+    uint32_t gpus;             /* atomic: bit d for each GPU the container was given; 0 = all */
+    uint8_t reserved[24];      /* zero */
 };
 
 /* One device's memory account for the whole container; one cache line. */

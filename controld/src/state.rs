@@ -852,20 +852,33 @@ struct Saved {
     origin: Origin,
 }
 
-/// Writes a spec's caps into its region.
+/// Writes a spec's caps and GPUs into its region: the container's processes see only its
+/// GPUs.
 fn apply_caps(region: &Region, spec: &ContainerSpec) {
     for (dev, cap) in spec.memory_caps().into_iter().enumerate() {
         if region.memory_cap(dev) != cap {
             region.set_memory_cap(dev, cap);
         }
     }
+    let gpus = spec
+        .gpus
+        .as_slice()
+        .iter()
+        .fold(0u32, |mask, &g| mask | 1 << g);
+    if region.gpus() != Some(gpus) {
+        region.set_gpus(Some(gpus));
+    }
 }
 
-/// A declaration for a region found without one: its GPUs are the devices whose cap is not
-/// zero (all of them when it has no zero cap), its cap the largest of theirs.
+/// A declaration for a region found without one: its GPUs are those the region names, else
+/// the devices whose cap is not zero (all of them when it has no zero cap), its cap the
+/// largest of theirs.
 fn spec_from_region(name: ContainerName, region: &Region) -> ContainerSpec {
     let open: Vec<u32> = (0..MAX_DEVICES as u32)
-        .filter(|&d| region.memory_cap(d as usize) != Some(0))
+        .filter(|&d| match region.gpus() {
+            Some(mask) => mask & 1 << d != 0,
+            None => region.memory_cap(d as usize) != Some(0),
+        })
         .collect();
     let gpus = Gpus::new(open.clone()).unwrap_or_else(|_| Gpus::new(vec![0]).expect("valid"));
     let caps: Vec<Option<u64>> = open

@@ -23,6 +23,7 @@ mod hooks;
 mod launch;
 mod memory;
 mod proc_address;
+mod visibility;
 
 /// Runs when the library is loaded, before the application's `main`: finds the real `dlsym`
 /// while no other thread can be asking for it, and registers the fork handler.

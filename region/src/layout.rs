@@ -88,8 +88,12 @@ pub struct Header {
     /// load. Written with the modes, through `Region::set_compute_mode` (by `controld`, or
     /// by the library for `TESSERA_COMPUTE`); never write a mode without it.
     pub compute_limited: AtomicU32,
+    /// The GPUs the container was given: bit `d` for device `d`; 0 for every device (a
+    /// region made without a daemon). Written by `controld` with the caps; the library shows
+    /// the container these devices only (device count, ordinals, NVML).
+    pub gpus: AtomicU32,
     /// Zero; room for later fields without a new header size.
-    pub reserved: [u8; 28],
+    pub reserved: [u8; 24],
 }
 
 /// One device's memory account for the whole container, alone on its cache line: every
@@ -275,7 +279,8 @@ const _: () = assert!(offset_of!(Header, device_count) == 24);
 const _: () = assert!(offset_of!(Header, ready) == 28);
 const _: () = assert!(offset_of!(Header, name) == 32);
 const _: () = assert!(offset_of!(Header, compute_limited) == 96);
-const _: () = assert!(offset_of!(Header, reserved) == 100);
+const _: () = assert!(offset_of!(Header, gpus) == 100);
+const _: () = assert!(offset_of!(Header, reserved) == 104);
 const _: () = assert!(size_of::<DeviceAccount>() == 64);
 const _: () = assert!(offset_of!(DeviceAccount, memory_used) == 8);
 const _: () = assert!(offset_of!(DeviceAccount, context_bytes) == 16);
@@ -366,6 +371,7 @@ pub fn describe() -> Vec<FieldLayout> {
         field!("tessera_header", Header, ready),
         field!("tessera_header", Header, name),
         field!("tessera_header", Header, compute_limited),
+        field!("tessera_header", Header, gpus),
         field!("tessera_header", Header, reserved),
         whole!("tessera_device_account", DeviceAccount),
         field!("tessera_device_account", DeviceAccount, memory_cap),

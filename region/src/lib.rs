@@ -276,6 +276,23 @@ impl Region {
         self.account(dev).map_or(0, |a| MemoryCap(a).used())
     }
 
+    /// The GPUs the container was given, as a bit per device; `None` for every device.
+    pub fn gpus(&self) -> Option<u32> {
+        // Relaxed: a single word of its own, written by controld before the container's
+        // processes start; nothing else is read on the strength of it.
+        let mask = self.layout().header.gpus.load(Ordering::Relaxed);
+        (mask != 0).then_some(mask)
+    }
+
+    /// Gives the container `gpus` (a bit per device; `None` for every device).
+    pub fn set_gpus(&self, gpus: Option<u32>) {
+        // Relaxed: as in `gpus`.
+        self.layout()
+            .header
+            .gpus
+            .store(gpus.unwrap_or(0), Ordering::Relaxed);
+    }
+
     /// What a context costs on device `dev`, as last measured by a process of the container
     /// ([`DeviceAccount::context_bytes`]); `None` until one was. Untrusted, like all of a
     /// region: a hint for reserving, never a figure anything is given back by.

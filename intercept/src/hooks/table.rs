@@ -11,8 +11,8 @@
 //! has one: `cuGetProcAddress` substitution relies on it, and the coverage test checks it.
 
 use super::hook_table;
-use crate::{compute, launch, memory, proc_address};
-use std::ffi::{c_char, c_int, c_void};
+use crate::{compute, launch, memory, proc_address, visibility};
+use std::ffi::{c_char, c_int, c_uint, c_void};
 
 hook_table! {
     cuda fn cuArray3DCreate_v2(arr: *mut *mut c_void, desc: *const c_void)
@@ -32,6 +32,12 @@ hook_table! {
         [cuCtxDestroy @ 4000] => memory::context::ctx_destroy;
     cuda fn cuCtxSynchronize()
         [cuCtxSynchronize @ 2000] => compute::sync::ctx_synchronize;
+    cuda fn cuDeviceGet(device: *mut c_int, ordinal: c_int)
+        [cuDeviceGet @ 2000] => visibility::device_get;
+    cuda fn cuDeviceGetByPCIBusId(device: *mut c_int, bus_id: *const c_char)
+        [cuDeviceGetByPCIBusId @ 4010] => visibility::device_get_by_pci_bus_id;
+    cuda fn cuDeviceGetCount(count: *mut c_int)
+        [cuDeviceGetCount @ 2000] => visibility::device_get_count;
     cuda fn cuDevicePrimaryCtxRelease(dev: i32)
         [cuDevicePrimaryCtxRelease @ 7000] => memory::context::primary_ctx_release;
     cuda fn cuDevicePrimaryCtxRelease_v2(dev: i32)
@@ -130,6 +136,41 @@ hook_table! {
         [cuStreamSynchronize @ 2000] => compute::sync::stream_synchronize;
     cuda fn cuStreamSynchronize_ptsz(stream: *mut c_void)
         [cuStreamSynchronize @ 7000 per_thread] => compute::sync::stream_synchronize;
+    nvml fn nvmlDeviceGetComputeRunningProcesses(
+        device: *mut c_void, count: *mut c_uint, infos: *mut c_void,
+    ) => visibility::running_processes::<16>;
+    nvml fn nvmlDeviceGetComputeRunningProcesses_v2(
+        device: *mut c_void, count: *mut c_uint, infos: *mut c_void,
+    ) => visibility::running_processes::<24>;
+    nvml fn nvmlDeviceGetComputeRunningProcesses_v3(
+        device: *mut c_void, count: *mut c_uint, infos: *mut c_void,
+    ) => visibility::running_processes::<24>;
+    nvml fn nvmlDeviceGetCount(count: *mut c_uint) => visibility::nvml_count;
+    nvml fn nvmlDeviceGetCount_v2(count: *mut c_uint) => visibility::nvml_count;
+    nvml fn nvmlDeviceGetGraphicsRunningProcesses(
+        device: *mut c_void, count: *mut c_uint, infos: *mut c_void,
+    ) => visibility::running_processes::<16>;
+    nvml fn nvmlDeviceGetGraphicsRunningProcesses_v2(
+        device: *mut c_void, count: *mut c_uint, infos: *mut c_void,
+    ) => visibility::running_processes::<24>;
+    nvml fn nvmlDeviceGetGraphicsRunningProcesses_v3(
+        device: *mut c_void, count: *mut c_uint, infos: *mut c_void,
+    ) => visibility::running_processes::<24>;
+    nvml fn nvmlDeviceGetHandleByIndex(index: c_uint, device: *mut *mut c_void)
+        => visibility::nvml_handle_by_index;
+    nvml fn nvmlDeviceGetHandleByIndex_v2(index: c_uint, device: *mut *mut c_void)
+        => visibility::nvml_handle_by_index;
+    nvml fn nvmlDeviceGetHandleByPciBusId(bus_id: *const c_char, device: *mut *mut c_void)
+        => visibility::nvml_handle_by_pci_bus_id;
+    nvml fn nvmlDeviceGetHandleByPciBusId_v2(bus_id: *const c_char, device: *mut *mut c_void)
+        => visibility::nvml_handle_by_pci_bus_id;
+    nvml fn nvmlDeviceGetHandleByUUID(uuid: *const c_char, device: *mut *mut c_void)
+        => visibility::nvml_handle_by_uuid;
+    nvml fn nvmlDeviceGetIndex(device: *mut c_void, index: *mut c_uint)
+        => visibility::nvml_index;
+    nvml fn nvmlDeviceGetMPSComputeRunningProcesses_v3(
+        device: *mut c_void, count: *mut c_uint, infos: *mut c_void,
+    ) => visibility::running_processes::<24>;
     nvml fn nvmlDeviceGetMemoryInfo(device: *mut c_void, memory: *mut c_void)
         => memory::nvml::memory_info;
     nvml fn nvmlDeviceGetMemoryInfo_v2(device: *mut c_void, memory: *mut c_void)

@@ -339,6 +339,9 @@ fn primary_active(dev: i32) -> Option<bool> {
 /// # Safety
 /// `ctx` is null or points to a `CUcontext` that `create` writes on success.
 unsafe fn create_counted(ctx: *mut *mut c_void, dev: i32, create: impl FnOnce() -> u32) -> u32 {
+    if crate::visibility::hidden(dev) {
+        return crate::visibility::INVALID_DEVICE;
+    }
     let (Some(device), Some(c)) = (counted_device(dev), container::get()) else {
         return create();
     };
@@ -442,6 +445,9 @@ pub(crate) unsafe fn primary_ctx_retain(
     ctx: *mut *mut c_void,
     dev: i32,
 ) -> u32 {
+    if crate::visibility::hidden(dev) {
+        return crate::visibility::INVALID_DEVICE;
+    }
     // SAFETY: the caller's arguments, passed on.
     let call = || unsafe { real(ctx, dev) };
     let (Some(device), Some(c)) = (counted_device(dev), container::get()) else {

@@ -1,0 +1,177 @@
+//! What a container sees of a two-GPU node: only the GPUs it was given (by the config or by
+//! `exec --gpus`), through the driver and through NVML, and only its own processes in
+//! NVML's process lists.
+
+mod support;
+
+use serde_json::Value;
+use std::time::Duration;
+use support::*;
+use tessera_tests::{compile_client, tessera_client, ClientKind, Running, SimNode};
+
+const CONFIG: &str = r#"
+[[container]]
+name = "alpha"
+gpus = [1]
+memory = "4GiB"
+
+[[container]]
+name = "beta"
+gpus = [0, 1]
+memory = "4GiB"
+"#;
+
+fn two_gpu_node(what: &str) -> Node {
+    Node {
+        sim: SimNode::new("A100-40GB,A100-40GB", &[("SIMGPU_CONTEXT_MEMORY", "64MiB")]),
+        dir: TempDir::new(what),
+        daemon: None,
+    }
+}
+
+fn nvml_client() -> std::path::PathBuf {
+    compile_client("nvml_client", &["nvml_client.c"], &["-ldl"])
+}
+
+/// NVML's view, as `nvml_client` prints it, from the output of a run.
+fn nvml_doc(out: &std::process::Output, what: &str) -> Value {
+    assert!(
+        out.status.success(),
+        "{what} failed ({}): {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{what}: no JSON ({e}): {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })
+}
+
+fn uuids(doc: &Value) -> Vec<String> {
+    doc["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["uuid"].as_str().unwrap().to_string())
+        .collect()
+}
+
+fn pids(doc: &Value) -> Vec<u64> {
+    doc["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|d| d["processes"].as_array().unwrap().clone())
+        .map(|p| p["pid"].as_u64().unwrap())
+        .collect()
+}
+
+#[test]
+fn a_container_sees_only_its_gpus_and_its_own_processes() {
+    let mut node = two_gpu_node("visibility");
+    let config = node.write_config(CONFIG);
+    node.start(Some(&config));
+    let nvml = nvml_client();
+    let whole = nvml_doc(
+        &tessera_tests::run_with_timeout(&mut node.sim.command(&nvml), Duration::from_secs(30)),
+        "nvml_client outside any container",
+    );
+    let node_uuids = uuids(&whole);
+    assert_eq!(node_uuids.len(), 2, "{whole}");
+
+    // A process of alpha (given GPU 1) holds memory on its only GPU.
+    let client = tessera_client(ClientKind::CLinked);
+    let mut holder = Running::spawn_interactive(
+        node.in_container("alpha", &client)
+            .args(["hold", "1048576"]),
+        "hold in alpha",
+    );
+    let ready = holder.wait_for_json("ready ", Duration::from_secs(60));
+    let holder_pid = ready["pid"].as_u64().unwrap();
+
+    // alpha: one GPU, node GPU 1, and its own process on it.
+    let out = tessera_tests::run_with_timeout(
+        &mut node.in_container("alpha", &nvml),
+        Duration::from_secs(30),
+    );
+    let alpha = nvml_doc(&out, "nvml_client in alpha");
+    assert_eq!(alpha["count"], 1, "alpha sees one GPU: {alpha}");
+    assert_eq!(uuids(&alpha), [node_uuids[1].clone()], "{alpha}");
+    assert!(
+        pids(&alpha).contains(&holder_pid),
+        "alpha sees its process: {alpha}"
+    );
+
+    // beta: both GPUs, and none of alpha's processes (which NVML lists outside containers).
+    let outside = nvml_doc(
+        &tessera_tests::run_with_timeout(&mut node.sim.command(&nvml), Duration::from_secs(30)),
+        "nvml_client outside any container",
+    );
+    assert!(
+        pids(&outside).contains(&holder_pid),
+        "the node lists alpha's process: {outside}"
+    );
+    let beta = nvml_doc(
+        &tessera_tests::run_with_timeout(
+            &mut node.in_container("beta", &nvml),
+            Duration::from_secs(30),
+        ),
+        "nvml_client in beta",
+    );
+    assert_eq!(beta["count"], 2, "{beta}");
+    assert!(
+        !pids(&beta).contains(&holder_pid),
+        "beta must not see alpha's process: {beta}"
+    );
+
+    // exec --gpus 0: one GPU, node GPU 0, no other container's process.
+    let exec_nvml = node.ctl(&["exec", "--gpus", "0", "--", nvml.to_str().unwrap()]);
+    let exec = nvml_doc(&exec_nvml, "exec --gpus 0 nvml_client");
+    assert_eq!(exec["count"], 1, "{exec}");
+    assert_eq!(uuids(&exec), [node_uuids[0].clone()], "{exec}");
+    assert!(!pids(&exec).contains(&holder_pid), "{exec}");
+
+    // The driver agrees: one device, and the node's GPU 1 is not there at all.
+    let names = node.ctl(&[
+        "exec",
+        "--gpus",
+        "1",
+        "--",
+        client.to_str().unwrap(),
+        "names",
+    ]);
+    assert!(
+        names.status.success(),
+        "{}",
+        String::from_utf8_lossy(&names.stderr)
+    );
+    let text = String::from_utf8_lossy(&names.stdout);
+    let doc: Value = serde_json::from_str(
+        text.lines()
+            .find_map(|l| l.strip_prefix("names "))
+            .unwrap_or_else(|| panic!("no names report: {text}")),
+    )
+    .unwrap();
+    assert_eq!(doc["count"], 1, "exec --gpus 1 sees one device: {doc}");
+    let hidden = node.ctl(&[
+        "exec",
+        "--gpus",
+        "0",
+        "--",
+        client.to_str().unwrap(),
+        "probe",
+        "1",
+    ]);
+    assert!(
+        !hidden.status.success(),
+        "ordinal 1 must not exist in a one-GPU container"
+    );
+    let err = String::from_utf8_lossy(&hidden.stderr);
+    assert!(
+        err.contains("CUDA_ERROR_INVALID_DEVICE"),
+        "a GPU not given is not there (not out of memory): {err}"
+    );
+    holder.kill();
+}

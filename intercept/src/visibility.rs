@@ -1,0 +1,334 @@
+//! What a container sees of the node: only the GPUs it was given, and only its own
+//! processes.
+//!
+//! The GPUs come from the region (`controld` writes them with the caps, from `exec --gpus`
+//! or the config), not from an environment variable: a container from the config is started
+//! by a container runtime that `controld` does not run, and every process of the container
+//! maps its region anyway. Devices keep their node index as their `CUdevice` value (the
+//! caps and `controld`'s accounts are kept by node index): only the calls that take an
+//! ordinal or a count are translated. `cuDeviceGet(&d, i)` gives the `i`-th GPU of the
+//! container, and an application that uses the `CUdevice` values the driver gives it (every
+//! runtime and binding does) reaches exactly the container's GPUs; a context on another
+//! GPU is refused with `CUDA_ERROR_INVALID_DEVICE`, as if it were not there. NVML's index
+//! space, which is the node's, is translated the same way.
+//!
+//! NVML's running-process queries list the container's own processes only (the pids of its
+//! region's live slots, and this process): another container's processes and their memory
+//! are none of its business. Pids are compared as each process recorded its own, so this
+//! holds where the container's processes and NVML share a pid namespace, as on simgpu and
+//! on a host without one.
+
+use crate::container;
+use std::ffi::{c_char, c_int, c_uint, c_void};
+
+/// `CUDA_SUCCESS` and `NVML_SUCCESS`.
+const SUCCESS: u32 = 0;
+/// `CUDA_ERROR_INVALID_DEVICE`.
+pub(crate) const INVALID_DEVICE: u32 = 101;
+/// `NVML_ERROR_INVALID_ARGUMENT`.
+const NVML_INVALID_ARGUMENT: u32 = 2;
+/// `NVML_ERROR_NOT_FOUND`.
+const NVML_NOT_FOUND: u32 = 6;
+/// `NVML_ERROR_INSUFFICIENT_SIZE`.
+const NVML_INSUFFICIENT_SIZE: u32 = 7;
+
+/// The container's GPUs as a bit per device; `None` when it sees every device (no region
+/// from a daemon, or no container state).
+fn given() -> Option<u32> {
+    container::get()?.region().gpus()
+}
+
+/// Whether `device` (a node index, the `CUdevice` value) is hidden from the container.
+pub(crate) fn hidden(device: c_int) -> bool {
+    match (given(), u32::try_from(device)) {
+        (Some(mask), Ok(d)) => d >= 32 || mask & 1 << d == 0,
+        _ => false,
+    }
+}
+
+/// How many of the first `count` node devices the container has.
+fn visible_count(mask: u32, count: u32) -> u32 {
+    (0..count.min(32)).filter(|&d| mask & 1 << d != 0).count() as u32
+}
+
+/// The node index of the container's `ordinal`-th GPU.
+fn nth_visible(mask: u32, ordinal: u32) -> Option<u32> {
+    (0..32)
+        .filter(|&d| mask & 1 << d != 0)
+        .nth(ordinal as usize)
+}
+
+/// The container's ordinal of node device `index`, if it has it.
+fn position(mask: u32, index: u32) -> Option<u32> {
+    (index < 32 && mask & 1 << index != 0).then(|| visible_count(mask, index))
+}
+
+/// # Safety
+/// `real` is the driver's `cuDeviceGetCount`; the argument is the caller's.
+pub(crate) unsafe fn device_get_count(
+    real: unsafe extern "C" fn(*mut c_int) -> u32,
+    count: *mut c_int,
+) -> u32 {
+    // SAFETY: the caller's argument, passed on.
+    let rc = unsafe { real(count) };
+    if rc == SUCCESS && !count.is_null() {
+        if let Some(mask) = given() {
+            // SAFETY: non-null, and the driver has just written an int there.
+            let n = u32::try_from(unsafe { count.read() }).unwrap_or(0);
+            // SAFETY: as above.
+            unsafe { count.write(visible_count(mask, n) as c_int) };
+        }
+    }
+    rc
+}
+
+/// # Safety
+/// `real` is the driver's `cuDeviceGet`; the arguments are the caller's.
+pub(crate) unsafe fn device_get(
+    real: unsafe extern "C" fn(*mut c_int, c_int) -> u32,
+    device: *mut c_int,
+    ordinal: c_int,
+) -> u32 {
+    let Some(mask) = given() else {
+        // SAFETY: the caller's arguments, passed on.
+        return unsafe { real(device, ordinal) };
+    };
+    match u32::try_from(ordinal)
+        .ok()
+        .and_then(|o| nth_visible(mask, o))
+    {
+        // SAFETY: the caller's out-pointer, with the node index of its ordinal.
+        Some(index) => unsafe { real(device, index as c_int) },
+        None => INVALID_DEVICE,
+    }
+}
+
+/// # Safety
+/// `real` is the driver's `cuDeviceGetByPCIBusId`; the arguments are the caller's.
+pub(crate) unsafe fn device_get_by_pci_bus_id(
+    real: unsafe extern "C" fn(*mut c_int, *const c_char) -> u32,
+    device: *mut c_int,
+    bus_id: *const c_char,
+) -> u32 {
+    // SAFETY: the caller's arguments, passed on.
+    let rc = unsafe { real(device, bus_id) };
+    // SAFETY: on success the driver has written the device to the caller's non-null pointer.
+    if rc == SUCCESS && !device.is_null() && hidden(unsafe { device.read() }) {
+        return INVALID_DEVICE;
+    }
+    rc
+}
+
+/// # Safety
+/// `real` is NVML's `nvmlDeviceGetCount[_v2]`; the argument is the caller's.
+pub(crate) unsafe fn nvml_count(
+    real: unsafe extern "C" fn(*mut c_uint) -> u32,
+    count: *mut c_uint,
+) -> u32 {
+    // SAFETY: the caller's argument, passed on.
+    let rc = unsafe { real(count) };
+    if rc == SUCCESS && !count.is_null() {
+        if let Some(mask) = given() {
+            // SAFETY: non-null, and NVML has just written the count there.
+            unsafe { count.write(visible_count(mask, count.read())) };
+        }
+    }
+    rc
+}
+
+/// # Safety
+/// `real` is NVML's `nvmlDeviceGetHandleByIndex[_v2]`; the arguments are the caller's.
+pub(crate) unsafe fn nvml_handle_by_index(
+    real: unsafe extern "C" fn(c_uint, *mut *mut c_void) -> u32,
+    index: c_uint,
+    device: *mut *mut c_void,
+) -> u32 {
+    let Some(mask) = given() else {
+        // SAFETY: the caller's arguments, passed on.
+        return unsafe { real(index, device) };
+    };
+    match nth_visible(mask, index) {
+        // SAFETY: the caller's out-pointer, with the node index of its index.
+        Some(node_index) => unsafe { real(node_index, device) },
+        None => NVML_INVALID_ARGUMENT,
+    }
+}
+
+/// The node index NVML gives `device`.
+fn nvml_node_index(device: *mut c_void) -> Option<u32> {
+    let index = crate::memory::real::nvml_device_index()?;
+    let mut i = 0u32;
+    // SAFETY: device is a handle NVML just gave; writes one unsigned int to our local.
+    (unsafe { index(device, &mut i) } == SUCCESS).then_some(i)
+}
+
+/// A handle NVML found by a name (UUID, PCI bus id): refused if the device is hidden.
+///
+/// # Safety
+/// `device` is the caller's out-pointer, written by NVML when `rc` is success.
+unsafe fn only_given(rc: u32, device: *mut *mut c_void) -> u32 {
+    let Some(mask) = given() else { return rc };
+    if rc != SUCCESS || device.is_null() {
+        return rc;
+    }
+    // SAFETY: non-null, and NVML has just written the handle there.
+    let handle = unsafe { device.read() };
+    match nvml_node_index(handle) {
+        Some(i) if position(mask, i).is_some() => rc,
+        _ => NVML_NOT_FOUND,
+    }
+}
+
+/// # Safety
+/// `real` is NVML's `nvmlDeviceGetHandleByUUID`; the arguments are the caller's.
+pub(crate) unsafe fn nvml_handle_by_uuid(
+    real: unsafe extern "C" fn(*const c_char, *mut *mut c_void) -> u32,
+    uuid: *const c_char,
+    device: *mut *mut c_void,
+) -> u32 {
+    // SAFETY: the caller's arguments, passed on; NVML writes the handle on success.
+    unsafe { only_given(real(uuid, device), device) }
+}
+
+/// # Safety
+/// `real` is NVML's `nvmlDeviceGetHandleByPciBusId[_v2]`; the arguments are the caller's.
+pub(crate) unsafe fn nvml_handle_by_pci_bus_id(
+    real: unsafe extern "C" fn(*const c_char, *mut *mut c_void) -> u32,
+    bus_id: *const c_char,
+    device: *mut *mut c_void,
+) -> u32 {
+    // SAFETY: the caller's arguments, passed on; NVML writes the handle on success.
+    unsafe { only_given(real(bus_id, device), device) }
+}
+
+/// # Safety
+/// `real` is NVML's `nvmlDeviceGetIndex`; the arguments are the caller's.
+pub(crate) unsafe fn nvml_index(
+    real: unsafe extern "C" fn(*mut c_void, *mut c_uint) -> u32,
+    device: *mut c_void,
+    index: *mut c_uint,
+) -> u32 {
+    // SAFETY: the caller's arguments, passed on.
+    let rc = unsafe { real(device, index) };
+    let Some(mask) = given() else { return rc };
+    if rc != SUCCESS || index.is_null() {
+        return rc;
+    }
+    // SAFETY: non-null, and NVML has just written the node index there.
+    match position(mask, unsafe { index.read() }) {
+        // SAFETY: as above.
+        Some(p) => unsafe {
+            index.write(p);
+            rc
+        },
+        None => NVML_NOT_FOUND,
+    }
+}
+
+/// The pids whose processes the container may see: its region's live processes, and this
+/// one. `None` without container state (every process is shown).
+fn own_pids() -> Option<Vec<u32>> {
+    let c = container::get()?;
+    let mut pids: Vec<u32> = c.region().processes().into_iter().map(|p| p.pid).collect();
+    pids.push(std::process::id());
+    Some(pids)
+}
+
+/// Tries at most this often when processes keep starting between NVML's count and its list.
+const LIST_TRIES: usize = 4;
+
+/// A running-process query whose entries are `SIZE` bytes, each starting with its pid
+/// (`nvmlProcessInfo_v1_t`: 16, `_v2_t`/`_v3_t`: 24), answered with the container's own
+/// processes only, under NVML's contract: with room for them all, they are written and their
+/// number; without (or a null list), their number and `NVML_ERROR_INSUFFICIENT_SIZE`.
+///
+/// # Safety
+/// `real` is NVML's query of that entry size; the arguments are the caller's.
+pub(crate) unsafe fn running_processes<const SIZE: usize>(
+    real: unsafe extern "C" fn(*mut c_void, *mut c_uint, *mut c_void) -> u32,
+    device: *mut c_void,
+    count: *mut c_uint,
+    infos: *mut c_void,
+) -> u32 {
+    let Some(pids) = own_pids() else {
+        // SAFETY: the caller's arguments, passed on.
+        return unsafe { real(device, count, infos) };
+    };
+    if count.is_null() {
+        return NVML_INVALID_ARGUMENT;
+    }
+    // All of NVML's list, in a buffer of ours, grown until it holds it.
+    let mut room: c_uint = 0;
+    let mut all: Vec<u8> = Vec::new();
+    let mut listed = None;
+    for _ in 0..LIST_TRIES {
+        let mut n = room;
+        let buffer = if room == 0 {
+            std::ptr::null_mut()
+        } else {
+            all.as_mut_ptr().cast()
+        };
+        // SAFETY: the caller's device; our buffer holds `room` entries of SIZE bytes (or is
+        // null for none); NVML writes the number to our local.
+        let rc = unsafe { real(device, &mut n, buffer) };
+        match rc {
+            SUCCESS => {
+                listed = Some(n.min(room) as usize);
+                break;
+            }
+            NVML_INSUFFICIENT_SIZE => {
+                room = n + 8;
+                all = vec![0; room as usize * SIZE];
+            }
+            e => return e,
+        }
+    }
+    let Some(listed) = listed else {
+        return NVML_INSUFFICIENT_SIZE;
+    };
+    let ours: Vec<&[u8]> = all
+        .chunks_exact(SIZE)
+        .take(listed)
+        .filter(|e| {
+            let pid = u32::from_ne_bytes([e[0], e[1], e[2], e[3]]);
+            pids.contains(&pid)
+        })
+        .collect();
+    // SAFETY: checked non-null; the caller's count, readable and writable by the contract.
+    let caller_room = unsafe { count.read() } as usize;
+    // SAFETY: as above.
+    unsafe { count.write(ours.len() as c_uint) };
+    if ours.is_empty() {
+        return SUCCESS;
+    }
+    if infos.is_null() || caller_room < ours.len() {
+        return NVML_INSUFFICIENT_SIZE;
+    }
+    for (i, entry) in ours.iter().enumerate() {
+        // SAFETY: the caller's list holds `caller_room >= ours.len()` entries of SIZE bytes;
+        // ours is a separate buffer.
+        unsafe {
+            std::ptr::copy_nonoverlapping(entry.as_ptr(), infos.cast::<u8>().add(i * SIZE), SIZE)
+        };
+    }
+    SUCCESS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ordinals_walk_the_given_gpus_in_node_order() {
+        let mask = 0b1010; // GPUs 1 and 3
+        assert_eq!(visible_count(mask, 4), 2);
+        assert_eq!(visible_count(mask, 2), 1, "GPU 3 is not on a 2-GPU node");
+        assert_eq!(nth_visible(mask, 0), Some(1));
+        assert_eq!(nth_visible(mask, 1), Some(3));
+        assert_eq!(nth_visible(mask, 2), None);
+        assert_eq!(position(mask, 3), Some(1));
+        assert_eq!(position(mask, 1), Some(0));
+        assert_eq!(position(mask, 0), None);
+        assert_eq!(position(mask, 40), None);
+    }
+}
