@@ -1,10 +1,13 @@
 """A program written against a Python GPU framework, as its users write them: CuPy or
-numba-cuda. It first runs one small kernel and reports the outcome (simgpu runs PTX
-kernels and refuses the compiled images these frameworks make, as a GPU without a matching
-image would), then reports the device's memory as the framework sees it and allocates
+numba-cuda. It first compiles and launches one small kernel and reports the outcome (its
+result as read back, or the error; simgpu runs kernels for their time and does not compute
+their results), then reports the device's memory as the framework sees it and allocates
 blocks through the framework's own allocator until it raises its out-of-memory error.
 
-    framework_client.py cupy|numba <block bytes>
+    framework_client.py cupy|numba|numba-culink <block bytes>
+
+numba-culink runs numba as on a machine without nvJitLink: numba then compiles to PTX and
+links through the driver's cuLink* functions instead of linking LTO-IR with nvJitLink.
 
 Prints "full {json}" with what it saw, waits for a line on stdin (the test reads simgpu's
 figures meanwhile), frees everything and prints "done {json}". Exits 1, naming the step,
@@ -56,6 +59,26 @@ def cupy_run(block):
             "pool_used": pool.used_bytes(), "oom": oom, "kernel": kernel}, free_all
 
 
+def without_nvjitlink():
+    """numba and cuda.core as they run where nvJitLink is not installed: both decide once,
+    on first use, whether it is there; these are the answers they would reach."""
+    from cuda.bindings import driver
+    import cuda.core.cu12._linker as linker
+    import numba.cuda.cudadrv.driver as numba_driver
+    import numba.cuda.decorators as decorators
+
+    kinds = driver.CUjitInputType
+    linker._use_nvjitlink_backend = False
+    linker._driver = driver
+    linker._driver_input_types = {
+        "ptx": kinds.CU_JIT_INPUT_PTX, "cubin": kinds.CU_JIT_INPUT_CUBIN,
+        "fatbin": kinds.CU_JIT_INPUT_FATBINARY, "object": kinds.CU_JIT_INPUT_OBJECT,
+        "library": kinds.CU_JIT_INPUT_LIBRARY,
+    }
+    numba_driver._have_nvjitlink = lambda: False
+    decorators._have_nvjitlink = lambda: False
+
+
 def numba_run(block):
     import numpy
     from numba import cuda
@@ -100,10 +123,13 @@ def numba_run(block):
 
 
 def main():
-    if len(sys.argv) != 3 or sys.argv[1] not in ("cupy", "numba"):
-        print("usage: framework_client.py cupy|numba <block bytes>", file=sys.stderr)
+    if len(sys.argv) != 3 or sys.argv[1] not in ("cupy", "numba", "numba-culink"):
+        print("usage: framework_client.py cupy|numba|numba-culink <block bytes>",
+              file=sys.stderr)
         sys.exit(2)
     block = int(sys.argv[2])
+    if sys.argv[1] == "numba-culink":
+        without_nvjitlink()
     run = cupy_run if sys.argv[1] == "cupy" else numba_run
     report, free_all = run(block)
     report["pid"] = os.getpid()

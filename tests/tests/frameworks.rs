@@ -6,11 +6,10 @@
 //! context as free, stops at the cap with its usual error, and simgpu holds exactly what the
 //! container counts; without one, it sees the whole device.
 //!
-//! Kernels: the client also launches one small kernel of each framework and reports the
-//! outcome, which is not asserted: these frameworks load compiled images (cubins from NVRTC
-//! and nvJitLink), and simgpu runs PTX kernels only, refusing the others with
-//! `CUDA_ERROR_NO_BINARY_FOR_GPU` as a GPU without a matching image would. Results of
-//! kernels are never computed on simgpu.
+//! Kernels: the client also compiles and launches one small kernel of each framework (CuPy:
+//! an NVRTC cubin and its reduction module; numba: a cubin linked by nvJitLink, or, as on a
+//! machine without nvJitLink, PTX linked by the driver's `cuLink*`), which must run without
+//! error. Results of kernels are never computed on simgpu: only that they ran is asserted.
 
 use serde_json::Value;
 use std::path::PathBuf;
@@ -40,6 +39,8 @@ fn python() -> PathBuf {
 enum Framework {
     Cupy,
     Numba,
+    /// numba as where nvJitLink is not installed: PTX linked by the driver.
+    NumbaCulink,
 }
 
 impl Framework {
@@ -47,6 +48,7 @@ impl Framework {
         match self {
             Framework::Cupy => "cupy",
             Framework::Numba => "numba",
+            Framework::NumbaCulink => "numba-culink",
         }
     }
 
@@ -54,7 +56,7 @@ impl Framework {
     fn oom_error(self) -> &'static str {
         match self {
             Framework::Cupy => "cupy.cuda.memory.OutOfMemoryError",
-            Framework::Numba => "numba.cuda.cudadrv.driver.CudaAPIError",
+            Framework::Numba | Framework::NumbaCulink => "numba.cuda.cudadrv.driver.CudaAPIError",
         }
     }
 }
@@ -111,6 +113,11 @@ fn check(framework: Framework, full: &Value, held: u64, limit: u64) {
         "{who}: free = the total less the context: {full}"
     );
     assert_eq!(full["oom"], framework.oom_error(), "{who}: {full}");
+    // The kernel ran: its result was read back (a number), not an error's name.
+    assert!(
+        full["kernel"].is_u64(),
+        "{who}: the kernel did not run: {full}"
+    );
     let allocated = json_u64(full, "/allocated");
     assert!(
         allocated + CONTEXT <= limit && allocated + CONTEXT + BLOCK > limit,
@@ -166,4 +173,9 @@ fn numba_is_capped_by_libtessera() {
 #[test]
 fn numba_runs_on_simgpu() {
     bare(Framework::Numba);
+}
+
+#[test]
+fn numba_without_nvjitlink_is_capped_by_libtessera() {
+    capped(Framework::NumbaCulink);
 }

@@ -103,6 +103,11 @@ static TABLE: &[Entry] = proc_table! {
     cuModuleLoadData: 2000 cuModuleLoadData;
     cuModuleLoadDataEx: 2010 cuModuleLoadDataEx;
     cuModuleLoadFatBinary: 2000 cuModuleLoadFatBinary;
+    cuLinkCreate: 5050 cuLinkCreate, 6050 cuLinkCreate_v2;
+    cuLinkAddData: 5050 cuLinkAddData, 6050 cuLinkAddData_v2;
+    cuLinkAddFile: 5050 cuLinkAddFile, 6050 cuLinkAddFile_v2;
+    cuLinkComplete: 5050 cuLinkComplete;
+    cuLinkDestroy: 5050 cuLinkDestroy;
     cuModuleUnload: 2000 cuModuleUnload;
     cuModuleGetFunction: 2000 cuModuleGetFunction;
     cuModuleGetGlobal: 2000 cuModuleGetGlobal, 3020 cuModuleGetGlobal_v2;

@@ -1,15 +1,20 @@
-//! Modules, libraries and their kernels. Modules are PTX text: simgpu reads each kernel's
-//! parameter layout from its `.entry` declaration, as a driver does, and simulates the
-//! kernels it knows by name (see [`Behaviour`]).
+//! Modules, libraries and their kernels. Modules are PTX text or cubins: simgpu reads each
+//! kernel's parameter layout from its `.entry` declaration or its cubin's attributes, as a
+//! driver does, and simulates the kernels it knows by name (see [`Behaviour`]); the others
+//! take the node's default kernel time.
 
+pub(crate) mod cubin;
 pub(crate) mod image;
+mod link;
+mod lz4;
 pub(crate) mod ptx;
 
 use crate::context::{self, Context};
 use crate::exec::registry::Registry;
 use crate::ffi::{code, write_out, CUdevice, CUfunction, CUmodule, CUresult, DriverResult};
 use crate::init;
-use ptx::{Entry, Param, Ptx};
+use image::Code;
+use ptx::{Entry, Param};
 use std::ffi::{c_char, c_void, CStr, CString};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 
@@ -109,10 +114,7 @@ impl Function {
     }
 
     fn compute_capability(&self) -> (u32, u32) {
-        init::devices()
-            .ok()
-            .and_then(|d| d.get(self.device))
-            .map_or((8, 0), |d| d.compute_capability)
+        device_cc(self.device)
     }
 
     /// The dynamic shared memory a launch may ask for.
@@ -269,20 +271,33 @@ fn name_arg<'a>(name: *const c_char) -> Result<&'a CStr, CUresult> {
     Ok(unsafe { CStr::from_ptr(name) })
 }
 
-/// Builds a module from PTX text and registers it with its functions. `ctx` owns it (None
+/// The kernels and variables of a module's code, and the version its kernels report as
+/// their PTX version (the architecture, for a cubin).
+fn contents(code: Code) -> Result<(Vec<Entry>, Vec<ptx::Variable>, i32), CUresult> {
+    match code {
+        Code::Ptx(text) => {
+            let parsed = ptx::parse(&text).map_err(|_| code::INVALID_PTX)?;
+            let version = (parsed.version.0 * 10 + parsed.version.1) as i32;
+            Ok((parsed.entries, parsed.globals, version))
+        }
+        Code::Sass(cubin) => {
+            let version = (cubin.arch.major * 10 + cubin.arch.minor) as i32;
+            Ok((cubin.entries, Vec::new(), version))
+        }
+    }
+}
+
+/// Builds a module from its code and registers it with its functions. `ctx` owns it (None
 /// for a library's); `device` is the one whose properties its kernels report.
-fn load(text: &str, ctx: Option<u64>, device: usize) -> Result<Arc<Module>, CUresult> {
-    let parsed: Ptx = ptx::parse(text).map_err(|_| code::INVALID_PTX)?;
-    let ptx_version = (parsed.version.0 * 10 + parsed.version.1) as i32;
+fn load(code: Code, ctx: Option<u64>, device: usize) -> Result<Arc<Module>, CUresult> {
+    let (entries, globals, ptx_version) = contents(code)?;
     let module = Arc::new_cyclic(|me: &Weak<Module>| Module {
         ctx,
-        functions: parsed
-            .entries
+        functions: entries
             .iter()
             .map(|e| Arc::new(Function::new(e, me.clone(), device, ptx_version)))
             .collect(),
-        globals: parsed
-            .globals
+        globals: globals
             .iter()
             .map(|g| Global {
                 name: g.name.clone(),
@@ -299,6 +314,14 @@ fn load(text: &str, ctx: Option<u64>, device: usize) -> Result<Arc<Module>, CUre
     Ok(module)
 }
 
+/// The compute capability of device `device`.
+pub(crate) fn device_cc(device: usize) -> (u32, u32) {
+    init::devices()
+        .ok()
+        .and_then(|d| d.get(device))
+        .map_or((8, 0), |d| d.compute_capability)
+}
+
 /// Unregisters a module and its functions.
 fn unload(module: &Module) {
     for f in &module.functions {
@@ -313,15 +336,17 @@ pub(crate) fn forget_context(ctx: &Context) {
     }
 }
 
+/// Loads a module in the current context from the code `code` finds for the context's
+/// device (given its compute capability).
 fn load_module(
     out: *mut CUmodule,
-    text: impl FnOnce() -> Result<String, CUresult>,
+    code: impl FnOnce((u32, u32)) -> Result<Code, CUresult>,
 ) -> DriverResult {
     let ctx = context::current()?;
     if out.is_null() {
         return Err(code::INVALID_VALUE);
     }
-    let module = load(&text()?, Some(ctx.id), ctx.device)?;
+    let module = load(code(device_cc(ctx.device))?, Some(ctx.id), ctx.device)?;
     // SAFETY: checked non-null; the caller provides a CUmodule to write.
     unsafe { write_out(out, Registry::handle_of(&module)) }
 }
@@ -336,7 +361,7 @@ fn read_file(path: *const c_char) -> Result<Vec<u8>, CUresult> {
 
 fn load_library(
     out: *mut CUlibrary,
-    text: impl FnOnce() -> Result<String, CUresult>,
+    code: impl FnOnce((u32, u32)) -> Result<Code, CUresult>,
 ) -> DriverResult {
     init::process()?;
     if out.is_null() {
@@ -344,7 +369,7 @@ fn load_library(
     }
     // A library belongs to no context; it reports the current device's properties, if any.
     let device = context::current().map_or(0, |c| c.device);
-    let module = load(&text()?, None, device)?;
+    let module = load(code(device_cc(device))?, None, device)?;
     let library = Arc::new(Library {
         module: Arc::clone(&module),
     });
@@ -395,7 +420,7 @@ const EAGER_LOADING: u32 = 1;
 cuda_entry! {
     fn cuModuleLoadData(out: *mut CUmodule, image: *const c_void) {
         // SAFETY: the caller passes an image as the driver API defines it.
-        load_module(out, || unsafe { image::ptx_from_image(image) })
+        load_module(out, |cc| unsafe { image::code_from_image(image, cc) })
     }
 
     /// JIT options are accepted and ignored: there is nothing to compile.
@@ -407,16 +432,16 @@ cuda_entry! {
         _values: *mut *mut c_void,
     ) {
         // SAFETY: the caller passes an image as the driver API defines it.
-        load_module(out, || unsafe { image::ptx_from_image(image) })
+        load_module(out, |cc| unsafe { image::code_from_image(image, cc) })
     }
 
     fn cuModuleLoadFatBinary(out: *mut CUmodule, fat: *const c_void) {
         // SAFETY: the caller passes a fat binary (or any image the driver accepts).
-        load_module(out, || unsafe { image::ptx_from_image(fat) })
+        load_module(out, |cc| unsafe { image::code_from_image(fat, cc) })
     }
 
     fn cuModuleLoad(out: *mut CUmodule, path: *const c_char) {
-        load_module(out, || image::ptx_from_file_bytes(&read_file(path)?))
+        load_module(out, |cc| image::code_from_bytes(&read_file(path)?, cc))
     }
 
     fn cuModuleUnload(handle: CUmodule) {
@@ -521,7 +546,7 @@ cuda_entry! {
         _num_lib: u32,
     ) {
         // SAFETY: the caller passes an image as the driver API defines it.
-        load_library(out, || unsafe { image::ptx_from_image(code_) })
+        load_library(out, |cc| unsafe { image::code_from_image(code_, cc) })
     }
 
     fn cuLibraryLoadFromFile(
@@ -534,7 +559,7 @@ cuda_entry! {
         _lib_values: *mut *mut c_void,
         _num_lib: u32,
     ) {
-        load_library(out, || image::ptx_from_file_bytes(&read_file(path)?))
+        load_library(out, |cc| image::code_from_bytes(&read_file(path)?, cc))
     }
 
     fn cuLibraryUnload(handle: CUlibrary) {
