@@ -16,8 +16,8 @@ pub mod node;
 pub mod units;
 
 /// The CUDA version the simulated driver implements, as `cuDriverGetVersion` encodes it
-/// (1000 × major + 10 × minor): CUDA 12.8.
-pub const CUDA_DRIVER_VERSION: i32 = 12080;
-/// The kernel-mode driver release the node reports through NVML: the R570 branch, which
-/// ships CUDA 12.8.
-pub const DRIVER_RELEASE: &str = "570.124.06";
+/// (1000 × major + 10 × minor): CUDA 13.0, which every runtime from 11.x to 13.0 accepts.
+pub const CUDA_DRIVER_VERSION: i32 = 13000;
+/// The kernel-mode driver release the node reports through NVML: the R580 branch, which
+/// ships CUDA 13.0.
+pub const DRIVER_RELEASE: &str = "580.65.06";

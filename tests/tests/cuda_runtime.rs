@@ -3,8 +3,8 @@
 //! `cuGetProcAddress` for everything, and the driver's private export tables).
 //!
 //! The runtimes come from the PyPI wheels `nvidia-cuda-runtime-cu12` (shared and static
-//! 12.x) and `nvidia-cuda-runtime-cu11` (shared 11.8), installed from
-//! `tests/requirements.txt`. The client, `tests/clients/cudart_client.c`, is compiled
+//! 12.x), `nvidia-cuda-runtime-cu11` (shared 11.8) and `nvidia-cuda-runtime` (shared 13.x),
+//! installed from `tests/requirements.txt`. The client, `tests/clients/cudart_client.c`, is compiled
 //! against each and registers, as nvcc's generated code would, a fat binary wrapping the PTX
 //! of the test kernels.
 
@@ -34,6 +34,8 @@ enum Runtime {
     Static12,
     /// `libcudart.so.11.0` (11.8).
     Shared11,
+    /// `libcudart.so.13`.
+    Shared13,
 }
 
 impl Runtime {
@@ -42,6 +44,7 @@ impl Runtime {
             Runtime::Shared12 => "libcudart.so.12",
             Runtime::Static12 => "libcudart_static.a (12)",
             Runtime::Shared11 => "libcudart.so.11.0 (11.8)",
+            Runtime::Shared13 => "libcudart.so.13",
         }
     }
 
@@ -50,12 +53,16 @@ impl Runtime {
         match self {
             Runtime::Shared12 | Runtime::Static12 => 12,
             Runtime::Shared11 => 11,
+            Runtime::Shared13 => 13,
         }
     }
 
     /// The client, built against this runtime.
     fn client(self) -> PathBuf {
-        let lib = runtime_lib_dir();
+        let lib = match self {
+            Runtime::Shared13 => runtime_13_lib_dir(),
+            _ => runtime_lib_dir(),
+        };
         let file = |name: &str| lib.join(name).display().to_string();
         let rpath = format!("-Wl,-rpath,{}", lib.display());
         let (name, flags) = match self {
@@ -70,6 +77,7 @@ impl Runtime {
                 ],
             ),
             Runtime::Shared11 => ("cudart_client_11", vec![file("libcudart.so.11.0"), rpath]),
+            Runtime::Shared13 => ("cudart_client_13", vec![file("libcudart.so.13"), rpath]),
         };
         let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
         compile_client(name, &["cudart_client.c"], &flags)
@@ -79,9 +87,9 @@ impl Runtime {
 /// The files every runtime test needs from the wheels.
 const RUNTIME_FILES: [&str; 3] = ["libcudart.so.12", "libcudart_static.a", "libcudart.so.11.0"];
 
-/// The directory holding the wheels' runtimes (`nvidia/cuda_runtime/lib` in site-packages) of
-/// `python`, if it has all of them.
-fn find_runtime_dir(python: &Path) -> Option<PathBuf> {
+/// The directory `sub` (in site-packages) of `python`'s environment, if it holds all of
+/// `files`.
+fn find_lib_dir(python: &Path, sub: &str, files: &[&str]) -> Option<PathBuf> {
     let out = Command::new(python)
         .args([
             "-c",
@@ -92,19 +100,31 @@ fn find_runtime_dir(python: &Path) -> Option<PathBuf> {
         .ok()?;
     String::from_utf8_lossy(&out.stdout)
         .lines()
-        .map(|p| Path::new(p).join("nvidia/cuda_runtime/lib"))
-        .find(|dir| RUNTIME_FILES.iter().all(|f| dir.join(f).exists()))
+        .map(|p| Path::new(p).join(sub))
+        .find(|dir| files.iter().all(|f| dir.join(f).exists()))
 }
 
-/// Where the runtimes are: in the Python environment the tests use (`.ci/run` installs
-/// `tests/requirements.txt` there, or the tests install it into a virtual environment).
+/// Where the 11.8 and 12.x runtimes are: in the Python environment the tests use (`.ci/run`
+/// installs `tests/requirements.txt` there, or the tests install it into a virtual
+/// environment).
 fn runtime_lib_dir() -> PathBuf {
     let python = python_with("import nvidia.cuda_runtime");
-    find_runtime_dir(&python).unwrap_or_else(|| {
+    find_lib_dir(&python, "nvidia/cuda_runtime/lib", &RUNTIME_FILES).unwrap_or_else(|| {
         panic!(
             "{} has no nvidia/cuda_runtime/lib with {:?}; install tests/requirements.txt",
             python.display(),
             RUNTIME_FILES
+        )
+    })
+}
+
+/// Where the 13.x runtime is (its wheel puts it under `nvidia/cu13/lib`).
+fn runtime_13_lib_dir() -> PathBuf {
+    let python = python_with("import nvidia.cu13");
+    find_lib_dir(&python, "nvidia/cu13/lib", &["libcudart.so.13"]).unwrap_or_else(|| {
+        panic!(
+            "{} has no nvidia/cu13/lib/libcudart.so.13; install tests/requirements.txt",
+            python.display()
         )
     })
 }
@@ -156,7 +176,11 @@ fn runs_on_simgpu(runtime: Runtime) {
         runtime.major(),
         "{who}: {doc}"
     );
-    assert_eq!(json_u64(&doc, "/driver_version"), 12080, "{who}: {doc}");
+    assert_eq!(
+        json_u64(&doc, "/driver_version"),
+        simgpu::CUDA_DRIVER_VERSION as u64,
+        "{who}: {doc}"
+    );
     assert_eq!(json_u64(&doc, "/total"), 4 * GIB, "{who}: total: {doc}");
     assert_eq!(
         json_u64(&doc, "/free"),
@@ -198,6 +222,21 @@ fn cudart_12_static_runs_on_simgpu() {
 #[test]
 fn cudart_11_8_runs_on_simgpu() {
     runs_on_simgpu(Runtime::Shared11);
+}
+
+#[test]
+fn cudart_13_runs_on_simgpu() {
+    runs_on_simgpu(Runtime::Shared13);
+}
+
+#[test]
+fn cudart_13_is_capped_by_libtessera() {
+    capped_by_libtessera(Runtime::Shared13);
+}
+
+#[test]
+fn cudart_13_primary_context_is_counted_exactly() {
+    primary_context_is_counted_exactly(Runtime::Shared13);
 }
 
 fn capped(node: &SimNode) -> Container<'_> {

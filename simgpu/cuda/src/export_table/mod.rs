@@ -5,10 +5,12 @@
 //! UUID, and refuses to start without several of them. Nothing about them is documented;
 //! what is known comes from public reverse-engineering work that observed the runtime's
 //! requests and the arguments it passes. The tables here serve what the runtimes of CUDA
-//! 11.8 and 12.x need to initialize, manage contexts, load the fat binaries that programs
-//! register and launch their kernels. The 12.x runtimes first ask for one more table
-//! (f8cff951-2146-8b4e-b9e2-fb469e7c0dd9, purpose unknown) and carry on without it; any
-//! table not listed here is refused the same way.
+//! 11.8, 12.x and 13.x need to initialize, manage contexts, load the fat binaries that
+//! programs register and launch their kernels. The 12.x and 13.x runtimes first ask for one
+//! more table (f8cff951-2146-8b4e-b9e2-fb469e7c0dd9, purpose unknown) and carry on without
+//! it; any table not listed here is refused the same way. The 13.x runtime refuses to start
+//! without a table of its own (21318c60-…), of which it has not been seen to call a slot, and
+//! calls one more slot of the runtime interface (12) as it starts.
 //!
 //! A table is an array of pointer-sized slots; most start with their own size in bytes.
 //! Slots whose purpose nobody has established answer `CUDA_ERROR_NOT_SUPPORTED` (and say
@@ -104,6 +106,7 @@ mod index {
     pub const TOOLS_CALLBACKS: usize = 2;
     pub const INTEGRITY: usize = 5;
     pub const CONTEXT_CHECKS: usize = 6;
+    pub const RUNTIME_13: usize = 7;
 }
 
 /// A table this driver has.
@@ -115,7 +118,7 @@ struct Known {
 }
 
 /// Every table: a name for messages, its UUID, and where it starts.
-static TABLES: [Known; 7] = [
+static TABLES: [Known; 8] = [
     Known {
         name: "runtime interface",
         uuid: uuid("6bd5fb6c-5bf4-e74a-8987-d93912fd9df9"),
@@ -150,6 +153,11 @@ static TABLES: [Known; 7] = [
         name: "context checks",
         uuid: uuid("263e8860-7cd2-6143-92f6-bbd5006dfa7e"),
         start: || runtime::CONTEXT_CHECKS.start(),
+    },
+    Known {
+        name: "runtime 13 interface",
+        uuid: uuid("21318c60-9714-3248-8ca6-41ff7324c8f2"),
+        start: || runtime::RUNTIME_13.start(),
     },
 ];
 

@@ -7,7 +7,7 @@ use crate::ffi::{code, CUcontext, CUdevice, CUmodule, CUresult, DriverResult};
 use std::ffi::c_void;
 
 /// The runtime interface.
-pub(super) static RUNTIME: Table<10> = {
+pub(super) static RUNTIME: Table<16> = {
     const T: usize = index::RUNTIME;
     Table::sized([
         NONE,
@@ -26,8 +26,20 @@ pub(super) static RUNTIME: Table<10> = {
         // 8: a module from a bare fat binary, with loading options.
         load_from_fatbin_with_options as *const c_void,
         unknown::<T, 9>(),
+        unknown::<T, 10>(),
+        unknown::<T, 11>(),
+        // 12: asked by the 13.x runtime as it starts, with nothing it sets up for it, and
+        //     its answer checked for success; nothing to do here.
+        ready as *const c_void,
+        unknown::<T, 13>(),
+        unknown::<T, 14>(),
+        unknown::<T, 15>(),
     ])
 };
+
+unsafe extern "C" fn ready() -> CUresult {
+    code::SUCCESS
+}
 
 /// Loads a module from any image `cuModuleLoadData` accepts (a fat binary wrapper or a fat
 /// binary: PTX inside is what runs here).
@@ -125,3 +137,27 @@ unsafe extern "C" fn context_state(
 unsafe extern "C" fn process_state() -> u32 {
     0
 }
+
+/// A table the 13.x runtime asks for as it starts, and without which it does not start;
+/// none of its slots has been seen called, so each refuses (and says so when tracing).
+pub(super) static RUNTIME_13: Table<16> = {
+    const T: usize = index::RUNTIME_13;
+    Table::sized([
+        NONE,
+        unknown::<T, 1>(),
+        unknown::<T, 2>(),
+        unknown::<T, 3>(),
+        unknown::<T, 4>(),
+        unknown::<T, 5>(),
+        unknown::<T, 6>(),
+        unknown::<T, 7>(),
+        unknown::<T, 8>(),
+        unknown::<T, 9>(),
+        unknown::<T, 10>(),
+        unknown::<T, 11>(),
+        unknown::<T, 12>(),
+        unknown::<T, 13>(),
+        unknown::<T, 14>(),
+        unknown::<T, 15>(),
+    ])
+};
