@@ -219,12 +219,14 @@ fn primary() -> Result<String, String> {
     result::init().map_err(step("cuInit"))?;
     let dev = result::device::get(0).map_err(step("cuDeviceGet"))?;
     let mut ctx = std::ptr::null_mut();
-    // SAFETY (each call below): the driver's own entry points through cudarc's loaded
-    // library, with a device it returned and a context out-pointer to our local.
-    let retain = |ctx: &mut sys::CUcontext| unsafe { sys::cuDevicePrimaryCtxRetain(ctx, dev) };
-    // SAFETY: as above.
+    let retain = |ctx: &mut sys::CUcontext| {
+        // SAFETY: the driver's own entry point through cudarc's loaded library, with a
+        // device it returned and a context out-pointer to our local.
+        unsafe { sys::cuDevicePrimaryCtxRetain(ctx, dev) }
+    };
+    // SAFETY: as for the retain, with the same device.
     let release = || unsafe { sys::cuDevicePrimaryCtxRelease_v2(dev) };
-    // SAFETY: as above.
+    // SAFETY: as for the retain, with the same device.
     let reset = || unsafe { sys::cuDevicePrimaryCtxReset_v2(dev) };
     let must = |what: &'static str, rc: sys::CUresult| match rc {
         sys::CUresult::CUDA_SUCCESS => Ok(()),
