@@ -8,6 +8,7 @@
 #[macro_use]
 pub mod ffi;
 
+mod absent;
 mod context;
 mod device;
 mod error;

@@ -151,6 +151,25 @@ static TABLE: &[Entry] = proc_table! {
     cuLaunchKernelEx: 11060 cuLaunchKernelEx | 11060 cuLaunchKernelEx_ptsz;
     cuLaunchCooperativeKernel: 9000 cuLaunchCooperativeKernel | 9000 cuLaunchCooperativeKernel_ptsz;
     cuLaunchHostFunc: 10000 cuLaunchHostFunc | 10000 cuLaunchHostFunc_ptsz;
+    cuMulticastCreate: 12010 cuMulticastCreate;
+    cuMulticastAddDevice: 12010 cuMulticastAddDevice;
+    cuMulticastBindMem: 12010 cuMulticastBindMem;
+    cuMulticastBindAddr: 12010 cuMulticastBindAddr;
+    cuMulticastUnbind: 12010 cuMulticastUnbind;
+    cuMulticastGetGranularity: 12010 cuMulticastGetGranularity;
+    cuGreenCtxCreate: 12040 cuGreenCtxCreate;
+    cuGreenCtxDestroy: 12040 cuGreenCtxDestroy;
+    cuCtxFromGreenCtx: 12040 cuCtxFromGreenCtx;
+    cuGreenCtxStreamCreate: 12050 cuGreenCtxStreamCreate;
+    cuDeviceGetDevResource: 12040 cuDeviceGetDevResource;
+    cuDevSmResourceSplitByCount: 12040 cuDevSmResourceSplitByCount;
+    cuDevResourceGenerateDesc: 12040 cuDevResourceGenerateDesc;
+    cuLogsRegisterCallback: 12090 cuLogsRegisterCallback;
+    cuLogsUnregisterCallback: 12090 cuLogsUnregisterCallback;
+    cuStreamWriteValue32: 8000 cuStreamWriteValue32, 11070 cuStreamWriteValue32_v2 | 8000 cuStreamWriteValue32_ptsz, 11070 cuStreamWriteValue32_v2_ptsz;
+    cuStreamWriteValue64: 9000 cuStreamWriteValue64, 11070 cuStreamWriteValue64_v2 | 9000 cuStreamWriteValue64_ptsz, 11070 cuStreamWriteValue64_v2_ptsz;
+    cuStreamWaitValue32: 8000 cuStreamWaitValue32, 11070 cuStreamWaitValue32_v2 | 8000 cuStreamWaitValue32_ptsz, 11070 cuStreamWaitValue32_v2_ptsz;
+    cuStreamWaitValue64: 9000 cuStreamWaitValue64, 11070 cuStreamWaitValue64_v2 | 9000 cuStreamWaitValue64_ptsz, 11070 cuStreamWaitValue64_v2_ptsz;
 
     // Memory.
     cuMemGetInfo: 2000 cuMemGetInfo, 3020 cuMemGetInfo_v2;
@@ -209,6 +228,8 @@ static TABLE: &[Entry] = proc_table! {
     cuMemGetAllocationGranularity: 10020 cuMemGetAllocationGranularity;
     cuMemGetAllocationPropertiesFromHandle: 10020 cuMemGetAllocationPropertiesFromHandle;
     cuMemRetainAllocationHandle: 11000 cuMemRetainAllocationHandle;
+    cuMemExportToShareableHandle: 10020 cuMemExportToShareableHandle;
+    cuMemImportFromShareableHandle: 10020 cuMemImportFromShareableHandle;
     cuMemFreeAsync: 11020 cuMemFreeAsync | 11020 cuMemFreeAsync_ptsz;
     cuMemAllocAsync: 11020 cuMemAllocAsync | 11020 cuMemAllocAsync_ptsz;
     cuMemAllocFromPoolAsync: 11020 cuMemAllocFromPoolAsync | 11020 cuMemAllocFromPoolAsync_ptsz;

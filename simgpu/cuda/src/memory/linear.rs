@@ -34,7 +34,7 @@ pub(super) fn allocate(
         return Err(code::INVALID_VALUE);
     }
     let process = init::process()?;
-    let accounted = kind.on_device();
+    let accounted = kind.counted();
     if accounted {
         process
             .reserve_memory(device, bytes)
@@ -68,7 +68,7 @@ pub(super) fn release(a: &Allocation) {
     // entry point can reach it any more; stream work that used it ran before (the caller
     // orders the release after it).
     unsafe { unmap(a.base, a.size) };
-    if a.kind.on_device() {
+    if a.kind.counted() {
         if let Ok(process) = init::process() {
             process.release_memory(a.device, a.size);
         }

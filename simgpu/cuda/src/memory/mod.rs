@@ -16,6 +16,7 @@ mod linear;
 mod pointer;
 pub(crate) mod pool;
 pub(crate) mod registry;
+mod stream_value;
 mod vmm;
 
 use crate::context::Context;
@@ -41,6 +42,29 @@ pub(crate) fn forget_context(ctx: &Context) {
         .remove_where(|a| a.context_id == ctx.id && !matches!(a.kind, Kind::Mapped(_)));
     for a in &gone {
         linear::release(a);
+    }
+}
+
+/// Device memory for a loaded module's variables, zero-filled, owned by the current context
+/// when `in_context` (a library's module belongs to none); see [`Kind::counted`].
+pub(crate) fn allocate_module_variables(
+    device: usize,
+    bytes: u64,
+    in_context: bool,
+) -> Result<u64, CUresult> {
+    let owner = if in_context {
+        linear::Owner::current()
+    } else {
+        linear::Owner::default()
+    };
+    linear::allocate(device, bytes, Kind::Module, owner)
+}
+
+/// Gives back a module's variables (already gone if their context was destroyed first).
+pub(crate) fn free_module_variables(base: u64) {
+    let gone = registry::write().remove(base);
+    if let Some(a) = gone {
+        linear::release(&a);
     }
 }
 

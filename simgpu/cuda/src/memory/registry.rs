@@ -21,12 +21,20 @@ pub(crate) enum Kind {
     Registered(u32),
     /// A mapping of a `cuMemCreate` allocation (the handle) into a reserved range.
     Mapped(u64),
+    /// A loaded module's variables (`__device__`, `__constant__`).
+    Module,
 }
 
 impl Kind {
     /// Whether the memory lives on a device (as opposed to page-locked host memory).
     pub(crate) fn on_device(self) -> bool {
         !matches!(self, Kind::Host(_) | Kind::Registered(_))
+    }
+    /// Whether it counts against the device's memory on its own: a module's variables are
+    /// part of what a context costs (`SIMGPU_CONTEXT_MEMORY` stands for a context and the
+    /// code it loads), so they do not count again.
+    pub(crate) fn counted(self) -> bool {
+        self.on_device() && self != Kind::Module
     }
     /// Whether `cuMemFree` may free it.
     pub(crate) fn freed_by_mem_free(self) -> bool {

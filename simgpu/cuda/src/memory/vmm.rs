@@ -275,6 +275,29 @@ cuda_entry! {
         unsafe { write_out(handle, h) }
     }
 
+    /// Memory is never shared with another process here: an allocation made without the
+    /// handle type is refused as the driver refuses it, one made with it is not supported.
+    fn cuMemExportToShareableHandle(shareable: *mut c_void, handle: Handle, kind: u32, flags: u64) {
+        init::process()?;
+        if shareable.is_null() || flags != 0 {
+            return Err(code::INVALID_VALUE);
+        }
+        let prop = with_vmm(|v| v.live(handle).map(|p| p.prop))?;
+        if prop.requested_handle_types & kind == 0 {
+            return Err(code::INVALID_VALUE);
+        }
+        Err(code::NOT_SUPPORTED)
+    }
+
+    /// See `cuMemExportToShareableHandle`: there is nothing to import.
+    fn cuMemImportFromShareableHandle(handle: *mut Handle, _os_handle: *mut c_void, _kind: u32) {
+        init::process()?;
+        if handle.is_null() {
+            return Err(code::INVALID_VALUE);
+        }
+        Err(code::NOT_SUPPORTED)
+    }
+
     fn cuMemGetAllocationPropertiesFromHandle(prop: *mut AllocationProp, handle: Handle) {
         init::process()?;
         let p = with_vmm(|v| v.live(handle).map(|p| p.prop))?;

@@ -8,8 +8,8 @@
 //! - `e_machine` is 190 (CUDA). The architecture is `sm_<n>` with `n` in the low byte of
 //!   `e_flags` for ELF ABI versions before 8, and in bits 8..16 from version 8 on, where bit
 //!   3 marks an architecture-specific (`sm_90a`-like) image.
-//! - A kernel is a `FUNC` symbol whose `st_other` has bit 4 set (an entry), with a
-//!   `.nv.info.<name>` section: a sequence of attributes, each a format byte, an attribute
+//! - A kernel is a `FUNC` symbol whose `st_other` has bit 4 set (an entry), with (unless it
+//!   takes no parameters) a `.nv.info.<name>` section: a sequence of attributes, each a format byte, an attribute
 //!   byte and then, for format 4, a 16-bit length and that many bytes, else a 16-bit value.
 //! - Parameter attribute (0x17): a 32-bit index, 16-bit ordinal, 16-bit offset, and a word
 //!   whose bits 18.. hold the size in bytes; its later form (0x45) holds the ordinal and the
@@ -17,8 +17,11 @@
 //!   buffer's size; 0x05 the maximum threads (x, y, z words), 0x10 the required ones.
 //! - The file-wide `.nv.info` section's attribute 0x2f gives a kernel's registers (the
 //!   kernel's symbol index, then the count); `.nv.shared.<name>` is its static shared memory.
+//! - A variable (`__device__`, `__constant__`) is an `OBJECT` symbol defined in a section:
+//!   its value is its offset there, its size the symbol's, its first value the section's
+//!   bytes (none for a section without contents).
 
-use super::ptx::{Entry, Param};
+use super::ptx::{Entry, Param, Variable};
 use std::collections::HashMap;
 
 /// `EM_CUDA`.
@@ -27,10 +30,17 @@ const MACHINE_CUDA: u16 = 190;
 const ABI_WITH_WIDE_FLAGS: u8 = 8;
 /// `st_other` bit of a kernel entry.
 const ENTRY: u8 = 0x10;
+/// `STT_OBJECT`.
+const OBJECT: u8 = 1;
 /// `STT_FUNC`.
 const FUNC: u8 = 2;
 /// Section types.
 const SYMTAB: u32 = 2;
+const NOBITS: u32 = 8;
+/// Section indexes from here on are special (absolute, common, ...), not sections.
+const FIRST_RESERVED_INDEX: u16 = 0xff00;
+/// The alignment simgpu gives every variable.
+const VARIABLE_ALIGN: u64 = 16;
 
 /// `.nv.info` formats and attributes.
 mod attr {
@@ -42,6 +52,9 @@ mod attr {
     pub const REGISTERS: u8 = 0x2f;
     pub const PARAM_INFO_V2: u8 = 0x45;
 }
+
+/// Stands for "any device" where code is read for what it declares, not to run it.
+pub(crate) const ANY_DEVICE: (u32, u32) = (u32::MAX, 0);
 
 /// A GPU architecture a cubin is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,6 +70,9 @@ impl Arch {
     /// `cc`: the same major version, and a minor version no later than the device's (exactly
     /// the device's for architecture-specific code).
     pub(crate) fn runs_on(&self, cc: (u32, u32)) -> bool {
+        if cc == ANY_DEVICE {
+            return true;
+        }
         self.major == cc.0
             && if self.specific {
                 self.minor == cc.1
@@ -81,6 +97,8 @@ pub(crate) struct Cubin {
     pub arch: Arch,
     /// Its kernels, in symbol-table order.
     pub entries: Vec<Entry>,
+    /// Its variables, in symbol-table order.
+    pub globals: Vec<Variable>,
 }
 
 /// Why bytes are not a cubin simgpu can read.
@@ -234,24 +252,75 @@ pub(crate) fn parse(bytes: &[u8]) -> Result<Cubin, CubinError> {
         .unwrap_or_default();
 
     let mut entries = Vec::new();
+    let mut globals = Vec::new();
     for (index, sym) in symbols.chunks_exact(24).enumerate() {
         let s = Bytes(sym);
         let (info, other) = (s.u8(4)?, s.u8(5)?);
+        if info & 0xf == OBJECT {
+            if let Some(v) = variable(&b, &sections, names, strings, &s)? {
+                globals.push(v);
+            }
+            continue;
+        }
         if info & 0xf != FUNC || other & ENTRY == 0 {
             continue;
         }
         let name = name_at(strings, s.u32(0)?)?;
-        let Some(nv_info) = by_name.get(format!(".nv.info.{name}").as_str()) else {
-            continue;
+        // A kernel without attributes takes no parameters.
+        let attributes = match by_name.get(format!(".nv.info.{name}").as_str()) {
+            Some(info) => b.range(info.offset, info.size)?,
+            None => &[],
         };
-        let mut entry = kernel(name, b.range(nv_info.offset, nv_info.size)?)?;
+        let mut entry = kernel(name, attributes)?;
         entry.max_registers = registers.get(&(index as u32)).copied();
         entry.shared_bytes = by_name
             .get(format!(".nv.shared.{name}").as_str())
             .map_or(0, |s| s.size as u64);
         entries.push(entry);
     }
-    Ok(Cubin { arch, entries })
+    Ok(Cubin {
+        arch,
+        entries,
+        globals,
+    })
+}
+
+/// The variable an `OBJECT` symbol defines, if it defines one in a section.
+fn variable(
+    b: &Bytes<'_>,
+    sections: &[Section],
+    names: &[u8],
+    strings: &[u8],
+    s: &Bytes<'_>,
+) -> Result<Option<Variable>, CubinError> {
+    let index = s.u16(6)?;
+    let size = s.u64(16)?;
+    if index == 0 || index >= FIRST_RESERVED_INDEX || size == 0 {
+        return Ok(None);
+    }
+    let section = sections
+        .get(usize::from(index))
+        .ok_or(CubinError("a symbol in no section"))?;
+    let offset = usize::try_from(s.u64(8)?).map_err(|_| CubinError("huge offset"))?;
+    let len = usize::try_from(size).map_err(|_| CubinError("huge variable"))?;
+    let init = if section.kind == NOBITS {
+        Vec::new()
+    } else {
+        b.range(section.offset.saturating_add(offset), len)?
+            .to_vec()
+    };
+    let space = if name_at(names, section.name)?.starts_with(".nv.constant") {
+        "const"
+    } else {
+        "global"
+    };
+    Ok(Some(Variable {
+        name: name_at(strings, s.u32(0)?)?.to_string(),
+        space,
+        size,
+        align: VARIABLE_ALIGN,
+        init,
+    }))
 }
 
 /// One attribute of an `.nv.info` section: its id and its bytes (for a 16-bit value, the
@@ -483,6 +552,7 @@ mod tests {
         let cubin = parse(&bytes).unwrap();
         assert_eq!(cubin.arch, arch);
         assert_eq!(cubin.entries, entries);
+        assert!(cubin.globals.is_empty());
         assert_eq!(cubin.entries[1].params_size(), 33);
     }
 

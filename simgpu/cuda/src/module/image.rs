@@ -8,10 +8,10 @@
 //! A fat binary: a 16-byte header (magic, version, header size, the size of what follows),
 //! then files, each a header — kind (1: PTX, 2: cubin) at 0, its header size at 4, its
 //! padded size at 8 (the next file follows after both), its payload size at 16, its
-//! architecture (`sm_<n>` as `n`) at 28, flags at 40 (0x2000: LZ4-compressed), the size
-//! decompressed at 56 — then the payload.
+//! architecture (`sm_<n>` as `n`) at 28, flags at 40 (0x2000: LZ4-compressed, 0x8000:
+//! zstd-compressed), the size decompressed at 56 — then the payload.
 
-use super::cubin::{self, Arch, Cubin};
+use super::cubin::{self, Arch, Cubin, ANY_DEVICE};
 use super::lz4;
 use crate::ffi::{code, CUresult};
 use std::ffi::{c_void, CStr};
@@ -28,9 +28,9 @@ const ELF_MAGIC: [u8; 4] = [0x7f, b'E', b'L', b'F'];
 const FILE_PTX: u16 = 1;
 const FILE_CUBIN: u16 = 2;
 /// The fat binary file flag of an LZ4-compressed payload.
-const FILE_COMPRESSED: u64 = 0x2000;
-/// Fat binary file flags of other compressions, which simgpu cannot read.
-const FILE_OTHER_COMPRESSION: u64 = 0x8000 | 0x4000;
+const FILE_LZ4: u64 = 0x2000;
+/// The fat binary file flag of a zstd-compressed payload.
+const FILE_ZSTD: u64 = 0x8000;
 
 /// The code a module is made of.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -85,6 +85,33 @@ pub(crate) unsafe fn code_from_image(
     } else {
         // SAFETY: not a binary: NUL-terminated text.
         ptx_text(unsafe { CStr::from_ptr(p.cast()) }.to_bytes()).map(Code::Ptx)
+    }
+}
+
+/// Like [`code_from_image`], and where the image has no code for the device, the code it has
+/// for another (its kernels known by name): with whether the code runs on the device.
+///
+/// # Safety
+/// As for [`code_from_image`].
+pub(crate) unsafe fn lazy_code_from_image(
+    image: *const c_void,
+    cc: (u32, u32),
+) -> Result<(Code, bool), CUresult> {
+    // SAFETY: the caller's image, as the driver API defines it.
+    match unsafe { code_from_image(image, cc) } {
+        Ok(code) => Ok((code, true)),
+        // SAFETY: as above; any device will do for what is read of it.
+        Err(NO_BINARY_FOR_GPU) => unsafe { code_from_image(image, ANY_DEVICE) }.map(|c| (c, false)),
+        Err(e) => Err(e),
+    }
+}
+
+/// [`lazy_code_from_image`] for an image in a file.
+pub(crate) fn lazy_code_from_bytes(bytes: &[u8], cc: (u32, u32)) -> Result<(Code, bool), CUresult> {
+    match code_from_bytes(bytes, cc) {
+        Ok(code) => Ok((code, true)),
+        Err(NO_BINARY_FOR_GPU) => code_from_bytes(bytes, ANY_DEVICE).map(|c| (c, false)),
+        Err(e) => Err(e),
     }
 }
 
@@ -146,10 +173,15 @@ struct FatFile<'a> {
 impl FatFile<'_> {
     /// Its contents, decompressed; `None` if they cannot be read.
     fn contents(&self) -> Option<Vec<u8>> {
-        if self.flags & FILE_OTHER_COMPRESSION != 0 {
-            return None;
+        if self.flags & FILE_ZSTD != 0 {
+            let mut out = vec![0u8; self.uncompressed];
+            let n = ruzstd::decoding::FrameDecoder::new()
+                .decode_all(self.payload, &mut out)
+                .ok()?;
+            out.truncate(n);
+            return Some(out);
         }
-        if self.flags & FILE_COMPRESSED != 0 {
+        if self.flags & FILE_LZ4 != 0 {
             return lz4::decompress(self.payload, self.uncompressed);
         }
         Some(self.payload.to_vec())
@@ -204,7 +236,7 @@ fn code_in_fat_binary(bytes: &[u8], cc: (u32, u32)) -> Result<Code, CUresult> {
             return Ok(code);
         }
     }
-    let device = cc.0 * 10 + cc.1;
+    let device = cc.0.saturating_mul(10).saturating_add(cc.1);
     let mut ptx: Vec<&FatFile<'_>> = files
         .iter()
         .filter(|f| f.kind == FILE_PTX && f.arch <= device)
@@ -388,10 +420,21 @@ mod tests {
         }
         block.push(n as u8);
         block.extend(&cubin);
-        let bin = fatbin(&[(FILE_CUBIN, 80, FILE_COMPRESSED, block, cubin.len())]);
+        let bin = fatbin(&[(FILE_CUBIN, 80, FILE_LZ4, block, cubin.len())]);
         assert_eq!(sass_name(code_from_bytes(&bin, (8, 0))), "packed");
-        let other = fatbin(&[(FILE_CUBIN, 80, 0x8000, cubin.clone(), cubin.len())]);
-        assert_eq!(code_from_bytes(&other, (8, 0)), Err(NO_BINARY_FOR_GPU));
+        // A zstd frame of one raw block: the frame header (magic, a descriptor saying one
+        // segment with a two-byte content size, stored less 256), then the last block, raw.
+        let short = cubin_for(80, "z");
+        assert!((256..65536 + 256).contains(&short.len()));
+        let mut zstd = vec![0x28, 0xb5, 0x2f, 0xfd, 0x60];
+        zstd.extend(((short.len() - 256) as u16).to_le_bytes());
+        let header = ((short.len() as u32) << 3) | 1; // last block, raw
+        zstd.extend(&header.to_le_bytes()[..3]);
+        zstd.extend(&short);
+        let bin = fatbin(&[(FILE_CUBIN, 80, FILE_ZSTD, zstd, short.len())]);
+        assert_eq!(sass_name(code_from_bytes(&bin, (8, 0))), "z");
+        let broken = fatbin(&[(FILE_CUBIN, 80, FILE_ZSTD, cubin.clone(), cubin.len())]);
+        assert_eq!(code_from_bytes(&broken, (8, 0)), Err(NO_BINARY_FOR_GPU));
     }
 
     #[test]

@@ -97,6 +97,9 @@ pub(crate) struct Function {
     ptx_version: i32,
     /// The device whose properties it reports.
     device: usize,
+    /// Whether its module has code for that device: a library loaded without any (its
+    /// kernels known by name only) fails their first use instead, as lazy loading does.
+    runnable: bool,
     module: Weak<Module>,
     attrs: Mutex<FunctionAttrs>,
 }
@@ -175,6 +178,8 @@ pub(crate) struct Module {
     ctx: Option<u64>,
     functions: Vec<Arc<Function>>,
     globals: Vec<Global>,
+    /// The device memory of its variables, if it has any.
+    memory: Option<u64>,
     /// The library it belongs to, if it was loaded as one.
     library: OnceLock<usize>,
 }
@@ -190,7 +195,6 @@ impl Module {
     fn global(&self, name: &CStr, dptr: *mut u64, bytes: *mut usize) -> DriverResult {
         let name = name.to_str().map_err(|_| code::NOT_FOUND)?;
         let g = self.globals.iter().find(|g| g.name == name);
-        // Variables are known by name, but device memory for them is not provided yet.
         let (address, size) = g
             .and_then(|g| Some((g.address?, g.size)))
             .ok_or(code::NOT_FOUND)?;
@@ -207,7 +211,13 @@ impl Module {
 }
 
 impl Function {
-    fn new(entry: &Entry, module: Weak<Module>, device: usize, ptx_version: i32) -> Function {
+    fn new(
+        entry: &Entry,
+        module: Weak<Module>,
+        device: usize,
+        ptx_version: i32,
+        runnable: bool,
+    ) -> Function {
         Function {
             name: CString::new(entry.name.as_str()).unwrap_or_default(),
             params: entry.params.clone(),
@@ -218,6 +228,7 @@ impl Function {
             registers: entry.max_registers.map_or(DEFAULT_REGISTERS, |r| r as i32),
             ptx_version,
             device,
+            runnable,
             module,
             attrs: Mutex::new(FunctionAttrs {
                 max_dynamic_shared: DEFAULT_SHARED_BYTES.saturating_sub(entry.shared_bytes) as i32,
@@ -247,8 +258,19 @@ static MODULES: Registry<Module> = Registry::new();
 static FUNCTIONS: Registry<Function> = Registry::new();
 static LIBRARIES: Registry<Library> = Registry::new();
 
-/// The live function (or kernel) behind a handle.
+/// The live function (or kernel) behind a handle, ready to run:
+/// `CUDA_ERROR_NO_BINARY_FOR_GPU` for a kernel its module has no code for.
 pub(crate) fn function(handle: CUfunction) -> Result<Arc<Function>, CUresult> {
+    let f = registered(handle)?;
+    if !f.runnable {
+        return Err(image::NO_BINARY_FOR_GPU);
+    }
+    Ok(f)
+}
+
+/// The live function (or kernel) behind a handle, whether or not it can run: for what is
+/// known of it without its code (name, parameters, module).
+fn registered(handle: CUfunction) -> Result<Arc<Function>, CUresult> {
     init::process()?;
     FUNCTIONS.get(handle).ok_or(code::INVALID_HANDLE)
 }
@@ -282,29 +304,29 @@ fn contents(code: Code) -> Result<(Vec<Entry>, Vec<ptx::Variable>, i32), CUresul
         }
         Code::Sass(cubin) => {
             let version = (cubin.arch.major * 10 + cubin.arch.minor) as i32;
-            Ok((cubin.entries, Vec::new(), version))
+            Ok((cubin.entries, cubin.globals, version))
         }
     }
 }
 
 /// Builds a module from its code and registers it with its functions. `ctx` owns it (None
 /// for a library's); `device` is the one whose properties its kernels report.
-fn load(code: Code, ctx: Option<u64>, device: usize) -> Result<Arc<Module>, CUresult> {
-    let (entries, globals, ptx_version) = contents(code)?;
+fn load(
+    code: Code,
+    ctx: Option<u64>,
+    device: usize,
+    runnable: bool,
+) -> Result<Arc<Module>, CUresult> {
+    let (entries, variables, ptx_version) = contents(code)?;
+    let (globals, memory) = place_variables(&variables, device, ctx.is_some())?;
     let module = Arc::new_cyclic(|me: &Weak<Module>| Module {
         ctx,
         functions: entries
             .iter()
-            .map(|e| Arc::new(Function::new(e, me.clone(), device, ptx_version)))
+            .map(|e| Arc::new(Function::new(e, me.clone(), device, ptx_version, runnable)))
             .collect(),
-        globals: globals
-            .iter()
-            .map(|g| Global {
-                name: g.name.clone(),
-                size: g.size,
-                address: None,
-            })
-            .collect(),
+        globals,
+        memory,
         library: OnceLock::new(),
     });
     for f in &module.functions {
@@ -312,6 +334,54 @@ fn load(code: Code, ctx: Option<u64>, device: usize) -> Result<Arc<Module>, CUre
     }
     MODULES.insert(Arc::clone(&module));
     Ok(module)
+}
+
+/// Device memory for a module's variables, each at its alignment, with its first value
+/// written; returns them with their addresses, and the memory's base (None for none).
+fn place_variables(
+    variables: &[ptx::Variable],
+    device: usize,
+    in_context: bool,
+) -> Result<(Vec<Global>, Option<u64>), CUresult> {
+    let mut offsets = Vec::with_capacity(variables.len());
+    let mut total = 0u64;
+    for v in variables {
+        let align = v.align.clamp(1, 4096).next_power_of_two();
+        let at = total.next_multiple_of(align);
+        offsets.push(at);
+        total = at.checked_add(v.size).ok_or(code::OUT_OF_MEMORY)?;
+    }
+    if total == 0 {
+        let globals = variables
+            .iter()
+            .map(|v| Global {
+                name: v.name.clone(),
+                size: v.size,
+                address: None,
+            })
+            .collect();
+        return Ok((globals, None));
+    }
+    let base = crate::memory::allocate_module_variables(device, total, in_context)?;
+    let globals = variables
+        .iter()
+        .zip(offsets)
+        .map(|(v, at)| {
+            let address = base + at;
+            let init = &v.init[..v.init.len().min(v.size as usize)];
+            if let Some(p) = crate::memory::device_range(address, init.len() as u64) {
+                // SAFETY: the range lies inside the allocation just made for the module, which
+                // nothing else knows of yet; `init` is a separate host buffer.
+                unsafe { std::ptr::copy_nonoverlapping(init.as_ptr(), p, init.len()) };
+            }
+            Global {
+                name: v.name.clone(),
+                size: v.size,
+                address: Some(address),
+            }
+        })
+        .collect();
+    Ok((globals, Some(base)))
 }
 
 /// The compute capability of device `device`.
@@ -322,10 +392,13 @@ pub(crate) fn device_cc(device: usize) -> (u32, u32) {
         .map_or((8, 0), |d| d.compute_capability)
 }
 
-/// Unregisters a module and its functions.
+/// Unregisters a module and its functions, and gives back its variables.
 fn unload(module: &Module) {
     for f in &module.functions {
         FUNCTIONS.remove(Registry::handle_of(f));
+    }
+    if let Some(base) = module.memory {
+        crate::memory::free_module_variables(base);
     }
 }
 
@@ -346,7 +419,7 @@ fn load_module(
     if out.is_null() {
         return Err(code::INVALID_VALUE);
     }
-    let module = load(code(device_cc(ctx.device))?, Some(ctx.id), ctx.device)?;
+    let module = load(code(device_cc(ctx.device))?, Some(ctx.id), ctx.device, true)?;
     // SAFETY: checked non-null; the caller provides a CUmodule to write.
     unsafe { write_out(out, Registry::handle_of(&module)) }
 }
@@ -359,9 +432,12 @@ fn read_file(path: *const c_char) -> Result<Vec<u8>, CUresult> {
     std::fs::read(path).map_err(|_| code::FILE_NOT_FOUND)
 }
 
+/// Loads a library from the code `code` finds for the device of the current context (0
+/// without one). As with lazy loading, a library without code for the device still loads:
+/// its kernels are known by name and fail with `CUDA_ERROR_NO_BINARY_FOR_GPU` when used.
 fn load_library(
     out: *mut CUlibrary,
-    code: impl FnOnce((u32, u32)) -> Result<Code, CUresult>,
+    code: impl FnOnce((u32, u32)) -> Result<(Code, bool), CUresult>,
 ) -> DriverResult {
     init::process()?;
     if out.is_null() {
@@ -369,7 +445,8 @@ fn load_library(
     }
     // A library belongs to no context; it reports the current device's properties, if any.
     let device = context::current().map_or(0, |c| c.device);
-    let module = load(code(device_cc(device))?, None, device)?;
+    let (code, runnable) = code(device_cc(device))?;
+    let module = load(code, None, device, runnable)?;
     let library = Arc::new(Library {
         module: Arc::clone(&module),
     });
@@ -380,7 +457,7 @@ fn load_library(
 }
 
 fn param_info(f: CUfunction, index: usize, offset: *mut usize, size: *mut usize) -> DriverResult {
-    let f = function(f)?;
+    let f = registered(f)?;
     let p = f.params.get(index).ok_or(code::INVALID_VALUE)?;
     if !offset.is_null() {
         // SAFETY: non-null; the caller provides a size_t to write.
@@ -394,7 +471,7 @@ fn param_info(f: CUfunction, index: usize, offset: *mut usize, size: *mut usize)
 }
 
 fn write_name(out: *mut *const c_char, f: CUfunction) -> DriverResult {
-    let f = function(f)?;
+    let f = registered(f)?;
     // The name lives as long as the function; the program reads it before unloading.
     // SAFETY: write_out checks null; the caller provides a const char * to write.
     unsafe { write_out(out, f.name.as_ptr()) }
@@ -412,6 +489,8 @@ fn enumerate(out: *mut CUfunction, n: u32, module: &Module) -> DriverResult {
     Ok(())
 }
 
+/// `CU_FUNCTION_LOADING_STATE_UNLOADED`.
+const UNLOADED: u32 = 0;
 /// `CU_FUNCTION_LOADING_STATE_LOADED`.
 const LOADED: u32 = 1;
 /// `CU_MODULE_EAGER_LOADING`: every kernel is ready when its module loads.
@@ -515,7 +594,7 @@ cuda_entry! {
     }
 
     fn cuFuncGetModule(out: *mut CUmodule, f: CUfunction) {
-        let f = function(f)?;
+        let f = registered(f)?;
         // SAFETY: write_out checks null; the caller provides a CUmodule to write.
         unsafe { write_out(out, f.module_handle()) }
     }
@@ -525,9 +604,9 @@ cuda_entry! {
     }
 
     fn cuFuncIsLoaded(state: *mut u32, f: CUfunction) {
-        function(f)?;
+        let loaded = if registered(f)?.runnable { LOADED } else { UNLOADED };
         // SAFETY: write_out checks null; the caller provides a CUfunctionLoadingState to write.
-        unsafe { write_out(state, LOADED) }
+        unsafe { write_out(state, loaded) }
     }
 
     fn cuFuncLoad(f: CUfunction) {
@@ -546,7 +625,7 @@ cuda_entry! {
         _num_lib: u32,
     ) {
         // SAFETY: the caller passes an image as the driver API defines it.
-        load_library(out, |cc| unsafe { image::code_from_image(code_, cc) })
+        load_library(out, |cc| unsafe { image::lazy_code_from_image(code_, cc) })
     }
 
     fn cuLibraryLoadFromFile(
@@ -559,7 +638,7 @@ cuda_entry! {
         _lib_values: *mut *mut c_void,
         _num_lib: u32,
     ) {
-        load_library(out, |cc| image::code_from_bytes(&read_file(path)?, cc))
+        load_library(out, |cc| image::lazy_code_from_bytes(&read_file(path)?, cc))
     }
 
     fn cuLibraryUnload(handle: CUlibrary) {
@@ -609,7 +688,7 @@ cuda_entry! {
     }
 
     fn cuKernelGetLibrary(out: *mut CUlibrary, kernel: CUkernel) {
-        let f = function(kernel)?;
+        let f = registered(kernel)?;
         let lib = f.library_handle().ok_or(code::INVALID_HANDLE)?;
         // SAFETY: write_out checks null; the caller provides a CUlibrary to write.
         unsafe { write_out(out, lib) }
