@@ -235,9 +235,9 @@ mod tests {
         // SAFETY: as above.
         let rc = unsafe { cuGetExportTable(&mut start, &runtime_uuid()) };
         assert_eq!(rc, code::SUCCESS);
-        // SAFETY: the runtime table has 10 slots.
+        // SAFETY: the runtime table's first slot holds its size.
         let size = unsafe { *start.cast::<usize>() };
-        assert_eq!(size, 10 * std::mem::size_of::<usize>());
+        assert_eq!(size, 16 * std::mem::size_of::<usize>());
         let unknown_id = [7u8; 16];
         // SAFETY: as above.
         let rc = unsafe { cuGetExportTable(&mut start, &unknown_id) };
@@ -255,5 +255,6 @@ mod tests {
         assert_eq!(TABLES[index::TOOLS_CALLBACKS].name, "tools callbacks");
         assert_eq!(TABLES[index::INTEGRITY].name, "integrity check");
         assert_eq!(TABLES[index::CONTEXT_CHECKS].name, "context checks");
+        assert_eq!(TABLES[index::RUNTIME_13].name, "runtime 13 interface");
     }
 }
