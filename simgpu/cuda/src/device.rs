@@ -75,6 +75,12 @@ fn pci_device_id(info: &DeviceInfo) -> i32 {
     ((id << 16) | 0x10de) as i32
 }
 
+/// The value of `CUdevice_attribute` `attr` for device `device`, for the driver's own
+/// calculations (occupancy); `None` for an unknown device or attribute.
+pub(crate) fn attribute_of(device: usize, attr: c_int) -> Option<i32> {
+    attribute(devices().ok()?.get(device)?, attr)
+}
+
 /// The value of one `CUdevice_attribute` (12.8 numbering), or `None` for one the driver
 /// does not define.
 fn attribute(info: &DeviceInfo, attr: c_int) -> Option<i32> {

@@ -145,6 +145,8 @@ static TABLE: &[Entry] = proc_table! {
     cuOccupancyMaxPotentialBlockSize: 6050 cuOccupancyMaxPotentialBlockSize;
     cuOccupancyMaxPotentialBlockSizeWithFlags: 7000 cuOccupancyMaxPotentialBlockSizeWithFlags;
     cuOccupancyAvailableDynamicSMemPerBlock: 10020 cuOccupancyAvailableDynamicSMemPerBlock;
+    cuOccupancyMaxPotentialClusterSize: 11070 cuOccupancyMaxPotentialClusterSize;
+    cuOccupancyMaxActiveClusters: 11070 cuOccupancyMaxActiveClusters;
 
     // Launches.
     cuLaunchKernel: 4000 cuLaunchKernel | 7000 cuLaunchKernel_ptsz;

@@ -7,6 +7,7 @@ pub(crate) mod cubin;
 pub(crate) mod image;
 mod link;
 mod lz4;
+mod occupancy;
 pub(crate) mod ptx;
 
 use crate::context::{self, Context};
@@ -676,6 +677,12 @@ cuda_entry! {
     }
 
     fn cuLibraryGetGlobal(dptr: *mut u64, bytes: *mut usize, handle: CUlibrary, name: *const c_char) {
+        library(handle)?.module.global(name_arg(name)?, dptr, bytes)
+    }
+
+    /// A `__managed__` variable: its memory is reachable from the host and every device
+    /// here, as managed memory is, so it is the variable's own.
+    fn cuLibraryGetManaged(dptr: *mut u64, bytes: *mut usize, handle: CUlibrary, name: *const c_char) {
         library(handle)?.module.global(name_arg(name)?, dptr, bytes)
     }
 
