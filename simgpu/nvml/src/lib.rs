@@ -10,6 +10,7 @@ pub mod ffi;
 pub mod activity;
 pub mod device;
 pub mod faults;
+pub mod links;
 pub mod sampling;
 pub mod session;
 pub mod system;
