@@ -2,29 +2,119 @@
 //! processes.
 //!
 //! The GPUs come from the region (`controld` writes them with the caps, from `exec --gpus`
-//! or the config), not from an environment variable: a container from the config is started
-//! by a container runtime that `controld` does not run, and every process of the container
-//! maps its region anyway. Devices keep their node index as their `CUdevice` value (the
-//! caps and `controld`'s accounts are kept by node index): only the calls that take an
-//! ordinal or a count are translated. `cuDeviceGet(&d, i)` gives the `i`-th GPU of the
-//! container, and an application that uses the `CUdevice` values the driver gives it (every
-//! runtime and binding does) reaches exactly the container's GPUs; a context on another
-//! GPU is refused with `CUDA_ERROR_INVALID_DEVICE`, as if it were not there. NVML's index
-//! space, which is the node's, is translated the same way.
+//! or the config). The driver is told through `CUDA_VISIBLE_DEVICES`, set at the process's
+//! first `cuInit`, before the driver reads it: a real driver and simgpu both honour it, so
+//! device count, ordinals and every driver-internal view of the devices (the CUDA runtime
+//! checks the driver's own enumeration against its) agree. An application's own
+//! `CUDA_VISIBLE_DEVICES` (ordinals, as it would write them on a machine of the container's
+//! GPUs) picks among the container's GPUs. Filtering the driver's answers in this library
+//! instead would leave the driver's internal enumeration out of step with the runtime's, and
+//! the runtime refuses to start then.
 //!
-//! NVML's running-process queries list the container's own processes only (the pids of its
-//! region's live slots, and this process): another container's processes and their memory
-//! are none of its business. Pids are compared as each process recorded its own, so this
-//! holds where the container's processes and NVML share a pid namespace, as on simgpu and
-//! on a host without one.
+//! The caps and `controld`'s accounts are kept by the node's GPU index; [`account`] maps a
+//! CUDA ordinal to it. NVML ignores `CUDA_VISIBLE_DEVICES` (as it does on a GPU node), so its
+//! device count and handles are translated here, and its running-process queries list the
+//! container's own processes only (the pids of its region's live slots, and this process):
+//! another container's processes and their memory are none of its business. Pids are
+//! compared as each process recorded its own, so this holds where the container's processes
+//! and NVML share a pid namespace, as on simgpu and on a host without one.
 
 use crate::container;
-use std::ffi::{c_char, c_int, c_uint, c_void};
+use std::ffi::{c_char, c_uint, c_void, CString};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Once;
+use tessera_region::MAX_DEVICES;
+
+/// The driver's variable of the devices a process sees.
+const VISIBLE_DEVICES: &str = "CUDA_VISIBLE_DEVICES";
+
+/// The node index of each CUDA ordinal, plus one; 0 where the ordinal is the node index.
+static ORDINALS: [AtomicU32; MAX_DEVICES] = [const { AtomicU32::new(0) }; MAX_DEVICES];
+static COMPOSED: Once = Once::new();
+
+/// The node index (the index of the caps and accounts) of CUDA ordinal `ordinal`.
+pub(crate) fn account(ordinal: usize) -> usize {
+    // Acquire: pairs with the Release stores in `compose`, made before the driver's first
+    // cuInit returned; every ordinal a driver call gives out comes after it.
+    match ORDINALS.get(ordinal).map(|o| o.load(Ordering::Acquire)) {
+        Some(n) if n != 0 => n as usize - 1,
+        _ => ordinal,
+    }
+}
+
+/// The node devices the process sees: the container's GPUs (all when it names none), and
+/// among them those the application's own `CUDA_VISIBLE_DEVICES` picks by ordinal; `None`
+/// where that variable names devices otherwise (by UUID), which is then left to the driver.
+fn chosen(given: Option<u32>, app: Option<&str>) -> Option<Vec<u32>> {
+    let container: Option<Vec<u32>> =
+        given.map(|mask| (0..32).filter(|d| mask & 1 << d != 0).collect());
+    let Some(app) = app else {
+        return container;
+    };
+    let mut out = Vec::new();
+    for entry in app.split(',').map(str::trim) {
+        let Ok(k) = entry.parse::<usize>() else {
+            return if out.is_empty() { None } else { Some(out) };
+        };
+        let device = match &container {
+            Some(list) => match list.get(k) {
+                Some(&d) => d,
+                None => break,
+            },
+            None => k as u32,
+        };
+        if out.contains(&device) {
+            break;
+        }
+        out.push(device);
+    }
+    Some(out)
+}
+
+/// Sets `CUDA_VISIBLE_DEVICES` to the container's choice and records the ordinals' node
+/// indexes, once, before the driver's first `cuInit` reads the variable.
+fn compose() {
+    COMPOSED.call_once(|| {
+        let given = given();
+        let app = std::env::var(VISIBLE_DEVICES).ok();
+        let Some(devices) = chosen(given, app.as_deref()) else {
+            if given.is_some() {
+                crate::tlog!(
+                    warn,
+                    "{VISIBLE_DEVICES}={} names devices by UUID; the container's GPUs are not applied",
+                    app.unwrap_or_default()
+                );
+            }
+            return;
+        };
+        for (ordinal, &device) in devices.iter().take(MAX_DEVICES).enumerate() {
+            // Release: pairs with the Acquire loads in `account`.
+            ORDINALS[ordinal].store(device + 1, Ordering::Release);
+        }
+        if given.is_none() {
+            return;
+        }
+        let value = devices.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
+        if let (Ok(name), Ok(value)) = (CString::new(VISIBLE_DEVICES), CString::new(value)) {
+            // SAFETY: both strings are NUL-terminated. The environment is changed once, at the
+            // process's first cuInit, before the driver reads it; a thread of the application
+            // reading the environment at that very moment is the one race left, as with any
+            // program that sets a variable at run time.
+            unsafe { libc::setenv(name.as_ptr(), value.as_ptr(), 1) };
+        }
+    });
+}
+
+/// # Safety
+/// `real` is the driver's `cuInit`; the argument is the caller's.
+pub(crate) unsafe fn init(real: unsafe extern "C" fn(u32) -> u32, flags: u32) -> u32 {
+    compose();
+    // SAFETY: the caller's argument, passed on.
+    unsafe { real(flags) }
+}
 
 /// `CUDA_SUCCESS` and `NVML_SUCCESS`.
 const SUCCESS: u32 = 0;
-/// `CUDA_ERROR_INVALID_DEVICE`.
-pub(crate) const INVALID_DEVICE: u32 = 101;
 /// `NVML_ERROR_INVALID_ARGUMENT`.
 const NVML_INVALID_ARGUMENT: u32 = 2;
 /// `NVML_ERROR_NOT_FOUND`.
@@ -36,14 +126,6 @@ const NVML_INSUFFICIENT_SIZE: u32 = 7;
 /// from a daemon, or no container state).
 fn given() -> Option<u32> {
     container::get()?.region().gpus()
-}
-
-/// Whether `device` (a node index, the `CUdevice` value) is hidden from the container.
-pub(crate) fn hidden(device: c_int) -> bool {
-    match (given(), u32::try_from(device)) {
-        (Some(mask), Ok(d)) => d >= 32 || mask & 1 << d == 0,
-        _ => false,
-    }
 }
 
 /// How many of the first `count` node devices the container has.
@@ -61,62 +143,6 @@ fn nth_visible(mask: u32, ordinal: u32) -> Option<u32> {
 /// The container's ordinal of node device `index`, if it has it.
 fn position(mask: u32, index: u32) -> Option<u32> {
     (index < 32 && mask & 1 << index != 0).then(|| visible_count(mask, index))
-}
-
-/// # Safety
-/// `real` is the driver's `cuDeviceGetCount`; the argument is the caller's.
-pub(crate) unsafe fn device_get_count(
-    real: unsafe extern "C" fn(*mut c_int) -> u32,
-    count: *mut c_int,
-) -> u32 {
-    // SAFETY: the caller's argument, passed on.
-    let rc = unsafe { real(count) };
-    if rc == SUCCESS && !count.is_null() {
-        if let Some(mask) = given() {
-            // SAFETY: non-null, and the driver has just written an int there.
-            let n = u32::try_from(unsafe { count.read() }).unwrap_or(0);
-            // SAFETY: as above.
-            unsafe { count.write(visible_count(mask, n) as c_int) };
-        }
-    }
-    rc
-}
-
-/// # Safety
-/// `real` is the driver's `cuDeviceGet`; the arguments are the caller's.
-pub(crate) unsafe fn device_get(
-    real: unsafe extern "C" fn(*mut c_int, c_int) -> u32,
-    device: *mut c_int,
-    ordinal: c_int,
-) -> u32 {
-    let Some(mask) = given() else {
-        // SAFETY: the caller's arguments, passed on.
-        return unsafe { real(device, ordinal) };
-    };
-    match u32::try_from(ordinal)
-        .ok()
-        .and_then(|o| nth_visible(mask, o))
-    {
-        // SAFETY: the caller's out-pointer, with the node index of its ordinal.
-        Some(index) => unsafe { real(device, index as c_int) },
-        None => INVALID_DEVICE,
-    }
-}
-
-/// # Safety
-/// `real` is the driver's `cuDeviceGetByPCIBusId`; the arguments are the caller's.
-pub(crate) unsafe fn device_get_by_pci_bus_id(
-    real: unsafe extern "C" fn(*mut c_int, *const c_char) -> u32,
-    device: *mut c_int,
-    bus_id: *const c_char,
-) -> u32 {
-    // SAFETY: the caller's arguments, passed on.
-    let rc = unsafe { real(device, bus_id) };
-    // SAFETY: on success the driver has written the device to the caller's non-null pointer.
-    if rc == SUCCESS && !device.is_null() && hidden(unsafe { device.read() }) {
-        return INVALID_DEVICE;
-    }
-    rc
 }
 
 /// # Safety
@@ -317,6 +343,17 @@ pub(crate) unsafe fn running_processes<const SIZE: usize>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_application_picks_among_the_container_s_gpus() {
+        assert_eq!(chosen(None, None), None);
+        assert_eq!(chosen(Some(0b1010), None), Some(vec![1, 3]));
+        assert_eq!(chosen(Some(0b1010), Some("1")), Some(vec![3]));
+        assert_eq!(chosen(Some(0b1010), Some("1,0,2")), Some(vec![3, 1]));
+        assert_eq!(chosen(Some(0b1010), Some("0,0")), Some(vec![1]));
+        assert_eq!(chosen(None, Some("2,0")), Some(vec![2, 0]));
+        assert_eq!(chosen(Some(0b1), Some("GPU-1234")), None);
+    }
 
     #[test]
     fn ordinals_walk_the_given_gpus_in_node_order() {

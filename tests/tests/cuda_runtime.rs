@@ -525,3 +525,60 @@ fn cudart_12_static_primary_context_is_counted_exactly() {
 fn cudart_11_8_primary_context_is_counted_exactly() {
     primary_context_is_counted_exactly(Runtime::Shared11);
 }
+
+/// A container given GPU 1 of a two-GPU node: the runtime starts (the driver's own view of
+/// the devices agrees with the runtime's, which it checks), sees one device, and its memory
+/// is held on node GPU 1 and counted there.
+fn runs_on_the_container_s_gpu_only(runtime: Runtime) {
+    let who = runtime.name();
+    let exe = runtime.client();
+    let node = SimNode::new(
+        "Small:4GiB:8,Small:4GiB:8",
+        &[("SIMGPU_CONTEXT_MEMORY", "64MiB")],
+    );
+    let container = Container::new(&node, None);
+    let mut caps = [Some(0); tessera_region::MAX_DEVICES];
+    caps[1] = Some(GIB);
+    let region = tessera_region::Region::open_or_create(
+        container.region(),
+        &tessera_region::RegionInit {
+            name: "second-gpu".to_string(),
+            memory_caps: caps,
+        },
+    )
+    .expect("create the container's region");
+    region.set_gpus(Some(1 << 1));
+    let doc = run_client(container.command(&exe), "capfill", &[&ptx()], who);
+    assert_eq!(
+        json_u64(&doc, "/total_before"),
+        GIB,
+        "{who}: the GPU's cap: {doc}"
+    );
+    assert_eq!(doc["filled"], true, "{who}: {doc}");
+    let doc = run_client(container.command(&exe), "run", &[&ptx(), "1000000"], who);
+    assert_eq!(
+        json_u64(&doc, "/device_count"),
+        1,
+        "{who}: one device: {doc}"
+    );
+    let stat = node.stat();
+    assert!(
+        json_u64(&stat, "/devices/1/busy_ns") >= 1_000_000,
+        "{who}: the kernels ran on node GPU 1: {stat}"
+    );
+    assert_eq!(
+        json_u64(&stat, "/devices/0/busy_ns"),
+        0,
+        "{who}: nothing ran on node GPU 0: {stat}"
+    );
+}
+
+#[test]
+fn cudart_12_runs_on_the_container_s_gpu_only() {
+    runs_on_the_container_s_gpu_only(Runtime::Shared12);
+}
+
+#[test]
+fn cudart_13_runs_on_the_container_s_gpu_only() {
+    runs_on_the_container_s_gpu_only(Runtime::Shared13);
+}

@@ -32,12 +32,6 @@ hook_table! {
         [cuCtxDestroy @ 4000] => memory::context::ctx_destroy;
     cuda fn cuCtxSynchronize()
         [cuCtxSynchronize @ 2000] => compute::sync::ctx_synchronize;
-    cuda fn cuDeviceGet(device: *mut c_int, ordinal: c_int)
-        [cuDeviceGet @ 2000] => visibility::device_get;
-    cuda fn cuDeviceGetByPCIBusId(device: *mut c_int, bus_id: *const c_char)
-        [cuDeviceGetByPCIBusId @ 4010] => visibility::device_get_by_pci_bus_id;
-    cuda fn cuDeviceGetCount(count: *mut c_int)
-        [cuDeviceGetCount @ 2000] => visibility::device_get_count;
     cuda fn cuDevicePrimaryCtxRelease(dev: i32)
         [cuDevicePrimaryCtxRelease @ 7000] => memory::context::primary_ctx_release;
     cuda fn cuDevicePrimaryCtxRelease_v2(dev: i32)
@@ -63,6 +57,7 @@ hook_table! {
         [cuGraphLaunch @ 10000] => launch::graph_launch::<false>;
     cuda fn cuGraphLaunch_ptsz(exec: *mut c_void, stream: *mut c_void)
         [cuGraphLaunch @ 10000 per_thread] => launch::graph_launch::<true>;
+    cuda fn cuInit(flags: u32) [cuInit @ 2000] => visibility::init;
     cuda fn cuLaunchCooperativeKernel(
         f: *mut c_void, grid_x: u32, grid_y: u32, grid_z: u32,
         block_x: u32, block_y: u32, block_z: u32, shared_bytes: u32, stream: *mut c_void,

@@ -68,7 +68,7 @@ fn the_table_is_sorted_and_every_name_is_found() {
     for other in [
         "",
         "c",
-        "cuInit",
+        "cuDeviceGet",
         "cuMemAlloc",
         "nvmlInit_v2",
         "dlsym",

@@ -23,7 +23,7 @@
 use super::{current_device, forget_context, real, OUT_OF_MEMORY, SUCCESS};
 use crate::container::{self, Container, Reservation};
 use std::collections::HashMap;
-use std::ffi::{c_char, c_void};
+use std::ffi::c_void;
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use tessera_region::MAX_DEVICES;
 
@@ -217,7 +217,7 @@ fn read(gauge: Gauge, ctx: Option<*mut c_void>) -> Option<u64> {
     }
 }
 
-/// NVML's handle of CUDA device `device`, matched by UUID.
+/// NVML's handle of node device `device` (NVML numbers devices by their node index).
 fn nvml_device(device: usize) -> Option<*mut c_void> {
     static NVML: OnceLock<bool> = OnceLock::new();
     let ready = *NVML.get_or_init(|| {
@@ -228,12 +228,10 @@ fn nvml_device(device: usize) -> Option<*mut c_void> {
     if !ready {
         return None;
     }
-    let uuid = super::nvml::cuda_uuid(i32::try_from(device).ok()?)?;
-    let text = super::nvml::uuid_text(&uuid);
-    let by_uuid = real::nvml_device_by_uuid()?;
+    let by_index = real::nvml_device_by_index()?;
     let mut handle = std::ptr::null_mut();
-    // SAFETY: text is NUL-terminated; writes one handle to our local.
-    let rc = unsafe { by_uuid(text.as_ptr().cast::<c_char>(), &mut handle) };
+    // SAFETY: writes one handle to our local.
+    let rc = unsafe { by_index(u32::try_from(device).ok()?, &mut handle) };
     (rc == SUCCESS).then_some(handle)
 }
 
@@ -319,9 +317,12 @@ fn reserve_expected(c: &Container, device: usize) -> Option<Reservation> {
     }
 }
 
-/// The device of `dev` if it is one the container counts.
+/// The node index of CUDA device `dev`, if it is one the container counts.
 fn counted_device(dev: i32) -> Option<usize> {
-    usize::try_from(dev).ok().filter(|&d| d < MAX_DEVICES)
+    usize::try_from(dev)
+        .ok()
+        .map(crate::visibility::account)
+        .filter(|&d| d < MAX_DEVICES)
 }
 
 /// Whether the driver reports device `dev`'s primary context active; `None` when it cannot
@@ -339,9 +340,6 @@ fn primary_active(dev: i32) -> Option<bool> {
 /// # Safety
 /// `ctx` is null or points to a `CUcontext` that `create` writes on success.
 unsafe fn create_counted(ctx: *mut *mut c_void, dev: i32, create: impl FnOnce() -> u32) -> u32 {
-    if crate::visibility::hidden(dev) {
-        return crate::visibility::INVALID_DEVICE;
-    }
     let (Some(device), Some(c)) = (counted_device(dev), container::get()) else {
         return create();
     };
@@ -445,9 +443,6 @@ pub(crate) unsafe fn primary_ctx_retain(
     ctx: *mut *mut c_void,
     dev: i32,
 ) -> u32 {
-    if crate::visibility::hidden(dev) {
-        return crate::visibility::INVALID_DEVICE;
-    }
     // SAFETY: the caller's arguments, passed on.
     let call = || unsafe { real(ctx, dev) };
     let (Some(device), Some(c)) = (counted_device(dev), container::get()) else {

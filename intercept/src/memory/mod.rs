@@ -27,7 +27,8 @@ pub(crate) const SUCCESS: u32 = 0;
 /// `CUDA_ERROR_OUT_OF_MEMORY`: what an allocation over the cap returns.
 pub(crate) const OUT_OF_MEMORY: u32 = 2;
 
-/// Where an allocation is made: the calling thread's current context and its device.
+/// Where an allocation is made: the calling thread's current context and its device (its
+/// node index, which the caps are kept by).
 #[derive(Clone, Copy)]
 pub(crate) struct Site {
     pub device: usize,
@@ -45,7 +46,7 @@ impl Site {
             real::ctx_get_current()?(&mut ctx) == SUCCESS
                 && real::ctx_get_device()?(&mut dev) == SUCCESS
         };
-        let device = usize::try_from(dev).ok()?;
+        let device = crate::visibility::account(usize::try_from(dev).ok()?);
         (ok && !ctx.is_null()).then_some(Site {
             device,
             context: ctx as usize,
@@ -184,13 +185,14 @@ pub(crate) unsafe fn counted(dptr: *mut u64, bytes: u64, alloc: impl FnOnce() ->
     rc
 }
 
-/// The device of the calling thread's current context: one driver call, which fails without
-/// a current context (an allocation's [`Site`] needs the context too, and asks for both).
+/// The device of the calling thread's current context, as the caps know it (its node
+/// index): one driver call, which fails without a current context (an allocation's
+/// [`Site`] needs the context too, and asks for both).
 pub(super) fn current_device() -> Option<usize> {
     let get = real::ctx_get_device()?;
     let mut dev = -1;
     // SAFETY: writes one int to our local.
     (unsafe { get(&mut dev) } == SUCCESS)
-        .then(|| usize::try_from(dev).ok())
+        .then(|| usize::try_from(dev).ok().map(crate::visibility::account))
         .flatten()
 }

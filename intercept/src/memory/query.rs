@@ -73,7 +73,7 @@ pub(crate) unsafe fn device_total_mem(
     if rc != SUCCESS || bytes.is_null() {
         return rc;
     }
-    let Ok(device) = usize::try_from(dev) else {
+    let Ok(device) = usize::try_from(dev).map(crate::visibility::account) else {
         return rc;
     };
     // SAFETY: non-null, and the driver just wrote it.

@@ -1,7 +1,7 @@
 //! The real driver and NVML functions the handlers need besides the one they wrap: looked
 //! up once, in the real libraries (never our own exports), and kept.
 
-use std::ffi::{c_char, c_void};
+use std::ffi::c_void;
 
 /// Declares `fn name() -> Option<type>`: the real symbol, resolved on first use.
 macro_rules! real_fns {
@@ -36,11 +36,8 @@ real_fns! {
     Cuda c"cuEventQuery" fn event_query: unsafe extern "C" fn(*mut c_void) -> u32;
     Cuda c"cuEventDestroy_v2" fn event_destroy: unsafe extern "C" fn(*mut c_void) -> u32;
     Cuda c"cuStreamIsCapturing" fn stream_is_capturing: unsafe extern "C" fn(*mut c_void, *mut u32) -> u32;
-    Cuda c"cuDeviceGetCount" fn device_get_count: unsafe extern "C" fn(*mut i32) -> u32;
-    Cuda c"cuDeviceGetUuid" fn device_get_uuid: unsafe extern "C" fn(*mut [u8; 16], i32) -> u32;
     Nvml c"nvmlInit_v2" fn nvml_init: unsafe extern "C" fn() -> u32;
-    Nvml c"nvmlDeviceGetHandleByUUID" fn nvml_device_by_uuid: unsafe extern "C" fn(*const c_char, *mut *mut c_void) -> u32;
-    Nvml c"nvmlDeviceGetUUID" fn nvml_device_uuid: unsafe extern "C" fn(*mut c_void, *mut c_char, u32) -> u32;
+    Nvml c"nvmlDeviceGetHandleByIndex_v2" fn nvml_device_by_index: unsafe extern "C" fn(u32, *mut *mut c_void) -> u32;
     Nvml c"nvmlDeviceGetIndex" fn nvml_device_index: unsafe extern "C" fn(*mut c_void, *mut u32) -> u32;
     Nvml c"nvmlDeviceGetComputeRunningProcesses_v3" fn nvml_compute_processes: unsafe extern "C" fn(*mut c_void, *mut u32, *mut super::context::ProcessInfo) -> u32;
     Nvml c"nvmlDeviceGetMemoryInfo" fn nvml_memory_info: unsafe extern "C" fn(*mut c_void, *mut [u64; 3]) -> u32;

@@ -45,7 +45,9 @@ unsafe fn device_of(prop: *const c_void) -> Option<usize> {
     if head.location_kind != LOCATION_DEVICE {
         return None;
     }
-    usize::try_from(head.location_id).ok()
+    usize::try_from(head.location_id)
+        .ok()
+        .map(crate::visibility::account)
 }
 
 /// A counted physical allocation the driver has not freed yet.

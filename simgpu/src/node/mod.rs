@@ -388,6 +388,7 @@ impl Node {
                     node: self,
                     slot,
                     seats: std::array::from_fn(|_| Mutex::new(EngineSeat::default())),
+                    visible: (0..self.device_count()).collect(),
                 });
             }
             if round == 0 && self.reap() == 0 {
@@ -448,13 +449,33 @@ fn command_name() -> [u8; 16] {
 }
 
 /// The calling process's slot in the node.
+///
+/// The devices a process names are its own ordinals: the node's devices it sees, in the
+/// order it sees them (all of them, unless [`Process::see_only`] chose some, as
+/// `CUDA_VISIBLE_DEVICES` does); every method here takes an ordinal and keeps its figures
+/// under the node's index of that device.
 pub struct Process {
     node: &'static Node,
     slot: usize,
     seats: [Mutex<EngineSeat>; MAX_DEVICES],
+    /// The node index of each ordinal.
+    visible: Vec<usize>,
 }
 
 impl Process {
+    /// Sees only `devices` (node indexes, each once, all on the node), in that order.
+    pub fn see_only(mut self, devices: Vec<usize>) -> Process {
+        debug_assert!(devices.iter().all(|&d| d < self.node.device_count()));
+        self.visible = devices;
+        self
+    }
+
+    /// The node index of ordinal `device` (an ordinal past the visible ones is passed
+    /// through, and fails where the node has no such device).
+    pub fn node_index(&self, device: usize) -> usize {
+        self.visible.get(device).copied().unwrap_or(device)
+    }
+
     /// The node.
     pub fn node(&self) -> &'static Node {
         self.node
@@ -468,6 +489,7 @@ impl Process {
     /// Reserves `bytes` on a device for this process, or fails without changing anything
     /// when the device would exceed its memory (after reaping dead processes once).
     pub fn reserve_memory(&self, device: usize, bytes: u64) -> Result<(), OutOfMemory> {
+        let device = self.node_index(device);
         let d = self.node.device_state(device);
         for attempt in 0..2 {
             // AcqRel: the compare-and-swap is the only way `used` grows, so concurrent
@@ -492,6 +514,7 @@ impl Process {
 
     /// Returns `bytes` reserved earlier.
     pub fn release_memory(&self, device: usize, bytes: u64) {
+        let device = self.node_index(device);
         let mine = &self.node.process_state(self.slot).memory[device];
         // Never return more than this process holds: a double free in the caller must not
         // hand another process's memory out.
@@ -509,11 +532,13 @@ impl Process {
 
     /// Memory this process holds on a device.
     pub fn memory_held(&self, device: usize) -> u64 {
+        let device = self.node_index(device);
         self.node.process_state(self.slot).memory[device].load(Ordering::Relaxed)
     }
 
     /// The engine of a device, as this process sees it.
     pub fn engine(&self, device: usize) -> Engine<'_> {
+        let device = self.node_index(device);
         Engine::new(self, device, &self.seats[device])
     }
 }

@@ -236,7 +236,7 @@ cuda_entry! {
         }
         let process = init::process()?;
         let capacity = init::devices()?[device].memory;
-        let used = process.node().memory_used(device);
+        let used = process.node().memory_used(process.node_index(device));
         // SAFETY: both out-pointers are non-null and point to size_t.
         unsafe {
             write_out(free, capacity.saturating_sub(used) as usize)?;

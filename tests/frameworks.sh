@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# PyTorch under Tessera, on simgpu (or, with TESSERA_FRAMEWORKS_DRIVER=system, on the
+# machine's GPU): the checks of tests/frameworks_torch.py for the current default PyTorch
+# wheel (CUDA 13) and for a CUDA 12 build (torch 2.8, CUDA 12.8), each installed into a
+# virtual environment of its own under target/ (about 3 GB each; not part of CI).
+#
+#   tests/frameworks.sh [default|cu12]...     (both when none is named)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+cargo build --release -q -p simgpu -p simgpu-cuda -p simgpu-nvml -p tessera-intercept \
+    -p tessera-controld
+
+wheels=("$@")
+[ ${#wheels[@]} -eq 0 ] && wheels=(default cu12)
+status=0
+for wheel in "${wheels[@]}"; do
+    case "$wheel" in
+        default) spec="torch" ;;
+        cu12) spec="torch==2.8.*" ;;
+        *) echo "unknown wheel $wheel: default or cu12" >&2; exit 2 ;;
+    esac
+    venv="target/torch-$wheel"
+    if ! "$venv/bin/python" -c 'import torch' 2>/dev/null; then
+        python3 -m venv "$venv"
+        start=$(date +%s)
+        "$venv/bin/pip" install -q "$spec"
+        echo "installed $spec in $(( $(date +%s) - start )) s"
+    fi
+    echo "== $("$venv/bin/python" -c 'import torch; print(torch.__version__)')"
+    python3 tests/frameworks_torch.py "$venv/bin/python" target/release || status=1
+done
+exit $status

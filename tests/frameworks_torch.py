@@ -1,0 +1,177 @@
+"""PyTorch under Tessera: the checks `tests/frameworks.sh` runs for one PyTorch install.
+
+    frameworks_torch.py <python with torch> <target dir with simgpu, controld, libtessera.so>
+
+On simgpu (a two-GPU node of its own), with a 2 GiB cap:
+  1. bare simgpu: is_available(), device_count(), the device's memory as total_memory;
+  2. under libtessera.so (TESSERA_MEMORY_LIMIT=2GiB), and 3. under `controld exec
+     --memory 2GiB`: total_memory, mem_get_info() and the caching allocator stopping with
+     torch.OutOfMemoryError at the cap, simgpu holding at most the cap for the process,
+     empty_cache() giving the memory back to the container, torch.zeros and a 64x64
+     matmul running (their results are not computed on simgpu, and nothing reads them);
+  4. two PyTorch processes of one container sharing its cap, while a process of another
+     container (given GPU 1 only) sees neither through NVML, and one GPU.
+With TESSERA_FRAMEWORKS_DRIVER=system it runs 2 and 3 on the machine's own driver and GPU
+(no simgpu figures). Prints PASS/FAIL per check; exits 1 if any failed.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+GIB = 1 << 30
+CAP = 2 * GIB
+HERE = os.path.dirname(os.path.abspath(__file__))
+CLIENT = os.path.join(HERE, "clients", "torch_client.py")
+SYSTEM = os.environ.get("TESSERA_FRAMEWORKS_DRIVER") == "system"
+
+failures = []
+
+
+def check(what, ok, detail=""):
+    print(f"{'PASS' if ok else 'FAIL'} {what}{': ' + str(detail) if detail and not ok else ''}",
+          flush=True)
+    if not ok:
+        failures.append(what)
+
+
+class Client:
+    """torch_client.py running, read line by line."""
+
+    def __init__(self, cmd, env):
+        self.p = subprocess.Popen(cmd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  stderr=subprocess.DEVNULL, text=True)
+
+    def expect(self, tag):
+        for line in self.p.stdout:
+            if line.startswith(tag + " "):
+                return json.loads(line[len(tag) + 1:])
+        raise RuntimeError(f"the client ended without `{tag}` ({self.p.wait()})")
+
+    def go(self):
+        self.p.stdin.write("go\n")
+        self.p.stdin.flush()
+
+    def finish(self):
+        freed, ran = self.expect("freed"), self.expect("ran")
+        self.p.wait(timeout=600)
+        return freed, ran
+
+
+def held_by(simgpu, env, pid):
+    out = subprocess.run([simgpu, "stat", "--json"], env=env, capture_output=True, text=True)
+    stat = json.loads(out.stdout)
+    for p in stat["processes"]:
+        if p["pid"] == pid:
+            return sum(d["memory"] for d in p["devices"])
+    return 0
+
+
+def capped_run(name, cmd, env, simgpu, total_expected):
+    c = Client(cmd, env)
+    r = c.expect("report")
+    check(f"{name}: is_available() and one device", r["available"] and r["count"] >= 1, r)
+    check(f"{name}: total_memory is the cap", r["total_memory"] == CAP, r)
+    check(f"{name}: mem_get_info() total is the cap", r["total"] == CAP, r)
+    check(f"{name}: mem_get_info() free is the cap less the context",
+          0 < r["free"] < CAP, r)
+    check(f"{name}: torch.OutOfMemoryError at the cap", r.get("oom") == "torch.OutOfMemoryError"
+          and r["allocated"] <= r["free"], r)
+    if simgpu:
+        held = held_by(simgpu, env, r["pid"])
+        check(f"{name}: simgpu holds at most the cap for it ({held} bytes)", 0 < held <= CAP)
+    c.go()
+    freed, ran = c.finish()
+    check(f"{name}: empty_cache() gives the memory back", freed["free"] == r["free"], freed)
+    check(f"{name}: torch.zeros runs", ran.get("zeros") is True, ran)
+    check(f"{name}: a 64x64 matmul runs", ran.get("matmul") is True, ran)
+
+
+def main():
+    python, target = sys.argv[1], sys.argv[2]
+    libtessera = os.path.join(target, "libtessera.so")
+    controld = os.path.join(target, "controld")
+    simgpu = None if SYSTEM else os.path.join(target, "simgpu")
+    work = tempfile.mkdtemp(prefix="tessera-frameworks-")
+    env = dict(os.environ)
+    for k in list(env):
+        if k.startswith(("SIMGPU_", "TESSERA_")) or k == "LD_PRELOAD":
+            del env[k]
+    if not SYSTEM:
+        lib_dir = subprocess.run([simgpu, "lib-dir"], capture_output=True, text=True).stdout.strip()
+        env["LD_LIBRARY_PATH"] = lib_dir + ":" + env.get("LD_LIBRARY_PATH", "")
+        env["SIMGPU_STATE"] = os.path.join(work, "node.state")
+        env["SIMGPU_DEVICES"] = "H100-80GB,H100-80GB"
+        env["SIMGPU_CONTEXT_MEMORY"] = "300MiB"
+
+        # 1. Bare simgpu.
+        c = Client([python, CLIENT], env)
+        r = c.expect("report")
+        check("simgpu: is_available()", r["available"], r)
+        check("simgpu: device_count() is the node's", r["count"] == 2, r)
+        check("simgpu: total_memory is the device's", r["total_memory"] == 80 * GIB, r)
+        c.go()
+        c.finish()
+
+    # 2. Under libtessera.so with a cap.
+    capped = dict(env, LD_PRELOAD=libtessera, TESSERA_MEMORY_LIMIT="2GiB",
+                  TESSERA_REGION=os.path.join(work, "capped.region"))
+    capped_run("libtessera.so, 2 GiB", [python, CLIENT], capped, simgpu, CAP)
+
+    # 3. Under controld exec.
+    state = os.path.join(work, "state")
+    daemon = subprocess.Popen([controld, "run", "--state-dir", state], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 30
+        while not os.path.exists(os.path.join(state, "control.sock")):
+            if time.time() > deadline:
+                raise RuntimeError("controld did not start")
+            time.sleep(0.1)
+        exec_env = dict(env, TESSERA_PRELOAD=libtessera)
+        capped_run("controld exec --memory 2GiB",
+                   [controld, "exec", "--state-dir", state, "--memory", "2GiB", "--", python,
+                    CLIENT], exec_env, simgpu, CAP)
+        if not SYSTEM:
+            shared_and_isolated(python, controld, state, exec_env, simgpu)
+    finally:
+        daemon.terminate()
+        daemon.wait()
+    print(f"{len(failures)} failed" if failures else "all passed", flush=True)
+    sys.exit(1 if failures else 0)
+
+
+def shared_and_isolated(python, controld, state, env, simgpu):
+    """4: two processes of one container share its cap; another container sees neither."""
+    subprocess.run([controld, "container", "add", "pair", "--state-dir", state, "--gpus", "0",
+                    "--memory", "2GiB"], env=env, check=True, capture_output=True)
+    region = os.path.join(state, "pair.region")
+    pair_env = dict(env, LD_PRELOAD=env["TESSERA_PRELOAD"], TESSERA_REGION=region)
+    first = Client([python, CLIENT, str(256 << 20)], pair_env)
+    a = first.expect("report")
+    second = Client([python, CLIENT, str(256 << 20)], pair_env)
+    b = second.expect("report")
+    held = held_by(simgpu, env, a["pid"]) + held_by(simgpu, env, b["pid"])
+    check(f"two processes of one container hold at most its cap together ({held} bytes)",
+          0 < held <= CAP)
+    check("the second process sees what the first holds", b["free"] < a["free"], (a, b))
+    nvml = os.path.join(os.path.dirname(HERE), "target", "nvml_client_frameworks")
+    subprocess.run(["gcc", "-O1", "-o", nvml, os.path.join(HERE, "clients", "nvml_client.c"),
+                    "-ldl"], check=True)
+    out = subprocess.run([controld, "exec", "--state-dir", state, "--gpus", "1", "--", nvml],
+                         env=env, capture_output=True, text=True)
+    seen = json.loads(out.stdout) if out.returncode == 0 else {"error": out.stderr}
+    pids = [p["pid"] for d in seen.get("devices", []) for p in d["processes"]]
+    check("another container sees one GPU", seen.get("count") == 1, seen)
+    check("another container sees neither process", a["pid"] not in pids
+          and b["pid"] not in pids, seen)
+    for c in (first, second):
+        c.go()
+        c.finish()
+
+
+if __name__ == "__main__":
+    main()
