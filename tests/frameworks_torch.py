@@ -42,14 +42,17 @@ class Client:
     """torch_client.py running, read line by line."""
 
     def __init__(self, cmd, env):
+        self.errors = tempfile.TemporaryFile(mode="w+")
         self.p = subprocess.Popen(cmd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                  stderr=subprocess.DEVNULL, text=True)
+                                  stderr=self.errors, text=True)
 
     def expect(self, tag):
         for line in self.p.stdout:
             if line.startswith(tag + " "):
                 return json.loads(line[len(tag) + 1:])
-        raise RuntimeError(f"the client ended without `{tag}` ({self.p.wait()})")
+        self.errors.seek(0)
+        raise RuntimeError(f"the client ended without `{tag}` ({self.p.wait()}):\n"
+                           f"{self.errors.read()[-2000:]}")
 
     def go(self):
         self.p.stdin.write("go\n")
@@ -150,14 +153,17 @@ def shared_and_isolated(python, controld, state, env, simgpu):
                     "--memory", "2GiB"], env=env, check=True, capture_output=True)
     region = os.path.join(state, "pair.region")
     pair_env = dict(env, LD_PRELOAD=env["TESSERA_PRELOAD"], TESSERA_REGION=region)
-    first = Client([python, CLIENT, str(256 << 20)], pair_env)
+    # Each asks for up to 768 MiB: with their contexts, more than the cap holds for both.
+    first = Client([python, CLIENT, str(64 << 20), str(768 << 20)], pair_env)
     a = first.expect("report")
-    second = Client([python, CLIENT, str(256 << 20)], pair_env)
+    second = Client([python, CLIENT, str(64 << 20), str(768 << 20)], pair_env)
     b = second.expect("report")
     held = held_by(simgpu, env, a["pid"]) + held_by(simgpu, env, b["pid"])
     check(f"two processes of one container hold at most its cap together ({held} bytes)",
           0 < held <= CAP)
     check("the second process sees what the first holds", b["free"] < a["free"], (a, b))
+    check("the second process stops at the container's cap",
+          b.get("oom") == "torch.OutOfMemoryError", b)
     nvml = os.path.join(os.path.dirname(HERE), "target", "nvml_client_frameworks")
     subprocess.run(["gcc", "-O1", "-o", nvml, os.path.join(HERE, "clients", "nvml_client.c"),
                     "-ldl"], check=True)

@@ -1,10 +1,11 @@
 """PyTorch on one GPU as its users use it, reporting what it saw as JSON.
 
-    torch_client.py [block bytes]
+    torch_client.py [block bytes [most bytes]]
 
 Prints "report {json}" with: torch and CUDA versions, is_available(), device_count(),
 get_device_properties(0).total_memory, mem_get_info() before allocating, how many
-torch.empty blocks fit before torch.cuda.OutOfMemoryError (and that error's type), then
+torch.empty blocks fit before torch.cuda.OutOfMemoryError (and that error's type; at most
+[most bytes] are asked for, when given), then
 waits for a line on stdin (the caller reads simgpu's figures), empties the caching
 allocator and reports mem_get_info() again ("freed {json}"), then runs torch.zeros and a
 64x64 matmul and reports whether they ran ("ran {json}"). Results of kernels are not
@@ -28,6 +29,7 @@ def kind(error):
 
 def main():
     block = int(sys.argv[1]) if len(sys.argv) > 1 else 64 << 20
+    most = int(sys.argv[2]) if len(sys.argv) > 2 else None
     available = torch.cuda.is_available()
     report = {
         "pid": os.getpid(), "torch": torch.__version__, "cuda": torch.version.cuda,
@@ -41,7 +43,7 @@ def main():
     report.update(free=free, total=total)
     blocks = []
     try:
-        while True:
+        while most is None or (len(blocks) + 1) * block <= most:
             blocks.append(torch.empty(block, dtype=torch.uint8, device="cuda"))
     except torch.cuda.OutOfMemoryError as error:
         report["oom"] = kind(error)
