@@ -22,7 +22,7 @@ const POLL: Duration = Duration::from_micros(50);
 
 /// A word the driver knows, as a pointer for the stream's work.
 fn word(addr: CUdeviceptr, bytes: u64) -> Result<usize, u32> {
-    if addr % bytes != 0 {
+    if !addr.is_multiple_of(bytes) {
         return Err(code::INVALID_VALUE);
     }
     crate::memory::device_range(addr, bytes)
