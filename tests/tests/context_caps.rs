@@ -8,6 +8,8 @@
 //! - Eight processes of one 2 GiB container start and fill the cap at once, while the test
 //!   reads simgpu's device figure all along: no reading shows the container over its cap,
 //!   not even while a context is being made.
+//! - Contexts made while another container allocates and frees without pause are counted
+//!   at their own size: the other container's memory never enters the measurement.
 
 use simgpu::node::Node;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -199,5 +201,53 @@ fn eight_processes_starting_at_once_never_pass_the_cap() {
     assert!(
         highest > RACE_CAP - 300 * (1 << 20),
         "the container never came near its cap (highest {highest} bytes)"
+    );
+}
+
+/// Contexts made while another container allocates and frees all the time are counted at
+/// their own size, to the byte: the measurement is this process's, not the device's.
+#[test]
+fn another_container_s_allocations_do_not_enter_a_context_s_size() {
+    let _serial = tessera_tests::timing_lock();
+    let node = SimNode::new("Small:4GiB:8", &[("SIMGPU_CONTEXT_MEMORY", "50000000")]);
+    let busy = Container::new(&node, None);
+    let mut stress = Running::spawn_interactive(
+        &mut ClientKind::CLinked.command(
+            &busy,
+            "stress",
+            &["8", "120", &(64u64 << 20).to_string()],
+        ),
+        "stress in another container",
+    );
+    stress.wait_for_line("started", Duration::from_secs(60));
+    stress.send_line("go");
+    let truth = Node::open_existing(node.state()).expect("open the node");
+    for round in 0..20 {
+        let container = Container::new(&node, Some("1GiB"));
+        let mut holder = Running::spawn_interactive(
+            &mut ClientKind::CLinked.command(&container, "hold", &["4096"]),
+            &format!("hold, round {round}"),
+        );
+        let ready = holder.wait_for_json("ready ", Duration::from_secs(60));
+        let pid = ready["pid"].as_u64().expect("pid") as u32;
+        let held = truth
+            .snapshot()
+            .processes
+            .iter()
+            .find(|p| p.pid == pid)
+            .map(|p| p.devices[0].memory)
+            .expect("simgpu lists the holder");
+        let region = Region::open(container.region()).expect("open the region");
+        assert_eq!(
+            region.memory_used(0),
+            held,
+            "round {round}: the container counts its context and 4096 bytes as simgpu holds them"
+        );
+        assert_eq!(held, CONTEXT + 4096, "round {round}");
+        holder.kill();
+    }
+    assert!(
+        stress.try_status().is_none(),
+        "the other container's allocations ran all along (it allocates for 120 s)"
     );
 }
