@@ -181,7 +181,7 @@ else
 fi
 
 # About how long a scenario takes, from its main phase S (runs with Tessera and without,
-# the daemon's start, warm-ups): online-offline runs ten phases, overhead five rounds of
+# the daemon's start, warm-ups): online-offline runs ten phases, overhead ten rounds of
 # one, shapes two for each of its seven launch shapes, mixed-deep two for each of its two
 # sets, demo-mix four, the others two or three.
 scenario_estimate() {
@@ -192,7 +192,7 @@ scenario_estimate() {
     shapes) echo $((7 * (2 * phase + 4))) ;;
     mixed-deep) echo $((2 * (2 * phase + 4))) ;;
     demo-mix) echo $((4 * phase + 12)) ;;
-    overhead) echo $((5 * phase + 10)) ;;
+    overhead) echo $((10 * phase + 10)) ;;
     memory-caps) echo $((3 * phase + 10)) ;;
     *) echo $((2 * phase + 10)) ;;
     esac

@@ -206,7 +206,7 @@ pub const SCENARIOS: &[Scenario] = &[
     Scenario {
         name: "overhead",
         item: 8,
-        about: "one container, no limit binding, 20 µs kernels: throughput within 1 % of no preload",
+        about: "20 µs kernels with no compute limit (the launch fast path): throughput within 1 % of no preload; alone under controld (metered): reported",
         run: overhead::unlimited_throughput,
     },
     Scenario {

@@ -562,6 +562,17 @@ impl Testbed {
         self.run_in(name, &self.bins.gpuload, args)
     }
 
+    /// Starts `program <args>` preloaded with a region of its own that no daemon manages,
+    /// with a memory cap and no compute limit: the launch fast path.
+    pub fn run_uncapped_compute(&self, program: &Path, args: &[&str]) -> Result<Proc, String> {
+        let mut cmd = self.command(program);
+        cmd.args(args)
+            .env("LD_PRELOAD", &self.bins.libtessera)
+            .env("TESSERA_REGION", self.dir.0.join("uncapped.region"))
+            .env("TESSERA_MEMORY_LIMIT", "16GiB");
+        Proc::spawn(&mut cmd, "gpuload with no compute limit")
+    }
+
     /// Starts `program <args>` in container `name` (see [`Testbed::gpuload`]).
     pub fn run_in(&self, name: &str, program: &Path, args: &[&str]) -> Result<Proc, String> {
         let mut cmd = self.command(program);
