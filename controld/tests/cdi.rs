@@ -101,7 +101,10 @@ fn podman_runs_a_tessera_container_from_the_cdi_spec() {
     use tessera_tests::{artifacts, run_with_timeout, stdout_json};
     let mut node = Node::new("podman");
     node.start(None);
-    node.ctl_ok(&["container", "add", "job", "--memory", "2GiB", "--gpus", "0"]);
+    // A name of this run's own: podman reads every spec in /var/run/cdi, and two runs of
+    // this test at once would otherwise declare the same device twice.
+    let job = format!("job-{}", std::process::id());
+    node.ctl_ok(&["container", "add", &job, "--memory", "2GiB", "--gpus", "0"]);
     std::fs::create_dir_all("/var/run/cdi").unwrap();
     let spec = Removed(std::path::PathBuf::from(format!(
         "/var/run/cdi/tessera-test-{}.json",
@@ -170,7 +173,9 @@ fn podman_runs_a_tessera_container_from_the_cdi_spec() {
                 "SIMGPU_STATE=/run/simgpu/node.state",
             ])
             .args(["-e", "SIMGPU_DEVICES=A100-40GB"])
-            .args(["--device", "tessera.dev/container=job", "--rootfs"])
+            .arg("--device")
+            .arg(format!("tessera.dev/container={job}"))
+            .arg("--rootfs")
             .arg(&rootfs)
             .arg("/opt/bin/gpuload")
             .args(args);
