@@ -44,13 +44,7 @@ fn shares(node: &Node, pids: &[u32], window: Duration) -> Vec<f64> {
 fn throttled_containers_keep_their_shares_when_the_daemon_dies() {
     let _serial = tessera_tests::timing_lock();
     let mut node = Node::new("dead-daemon");
-    let config: String = CONTAINERS
-        .iter()
-        .map(|(name, compute)| {
-            format!("[[container]]\nname = \"{name}\"\ngpus = [0]\ncompute = \"{compute}\"\n\n")
-        })
-        .collect();
-    let config = node.write_config(&config);
+    let config = node.write_config(&gpu0_containers(&CONTAINERS));
     node.start(Some(&config));
     let mut trainers: Vec<Running> = CONTAINERS
         .iter()

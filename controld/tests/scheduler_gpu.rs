@@ -16,13 +16,7 @@ const TRAIN: [&str; 5] = ["train", "--kernel-ms", "1", "--seconds", "8"];
 /// the first container's measured share.
 fn shares(what: &str, containers: &[(&str, &str)]) -> (Vec<f64>, Vec<f64>) {
     let mut node = Node::new(what);
-    let config: String = containers
-        .iter()
-        .map(|(name, compute)| {
-            format!("[[container]]\nname = \"{name}\"\ngpus = [0]\ncompute = \"{compute}\"\n\n")
-        })
-        .collect();
-    let config = node.write_config(&config);
+    let config = node.write_config(&gpu0_containers(containers));
     node.start(Some(&config));
     let mut trainers: Vec<Running> = containers
         .iter()

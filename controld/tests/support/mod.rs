@@ -181,6 +181,16 @@ pub fn container(status: &Value, name: &str) -> Option<Value> {
         .cloned()
 }
 
+/// A config declaring each `(name, compute)` container on GPU 0.
+pub fn gpu0_containers(containers: &[(&str, &str)]) -> String {
+    containers
+        .iter()
+        .map(|(name, compute)| {
+            format!("[[container]]\nname = \"{name}\"\ngpus = [0]\ncompute = \"{compute}\"\n\n")
+        })
+        .collect()
+}
+
 /// Polls `check` every 10 ms until it holds or `timeout` passes; returns how long it took.
 pub fn wait_until(timeout: Duration, what: &str, mut check: impl FnMut() -> bool) -> Duration {
     let start = Instant::now();
