@@ -452,6 +452,11 @@ pub fn describe() -> Vec<FieldLayout> {
         field!("tessera_board", BoardLayout, abi_version),
         field!("tessera_board", BoardLayout, reserved),
         field!("tessera_board", BoardLayout, online),
+        whole!("tessera_limits", LimitsLayout),
+        field!("tessera_limits", LimitsLayout, magic),
+        field!("tessera_limits", LimitsLayout, abi_version),
+        field!("tessera_limits", LimitsLayout, reserved),
+        field!("tessera_limits", LimitsLayout, memory_caps),
     ]
 }
 
