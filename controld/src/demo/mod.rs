@@ -67,7 +67,7 @@ pub enum DemoError {
     Setup(String),
     /// The daemon did not start.
     #[error("cannot start the demo's daemon: {0}")]
-    Daemon(#[from] crate::daemon::DaemonError),
+    Daemon(#[from] tessera_controld::daemon::DaemonError),
     /// A workload could not be started.
     #[error("cannot start {what}: {source}")]
     Spawn {
@@ -95,7 +95,7 @@ pub fn run(options: &Options) -> Result<i32, DemoError> {
     let programs = backend::Programs::find(&backend)?;
     let workdir = Workdir::create()?;
     let gpu = backend.prepare(&workdir, &programs)?;
-    let daemon = crate::daemon::Daemon::start(&crate::daemon::Options {
+    let daemon = tessera_controld::daemon::Daemon::start(&tessera_controld::daemon::Options {
         config: Some(workdir.write_config()?),
         state_dir: Some(workdir.state_dir()),
     })?;
@@ -178,7 +178,7 @@ pub fn run(options: &Options) -> Result<i32, DemoError> {
 /// so that these start together. Returns the signal that stopped it, if one did.
 fn start(
     fleet: &mut Fleet,
-    daemon: &crate::daemon::Daemon,
+    daemon: &tessera_controld::daemon::Daemon,
     signals: &signals::Signals,
     setting: &Setting<'_>,
 ) -> Result<Option<i32>, DemoError> {
@@ -219,7 +219,7 @@ fn start(
 }
 
 /// Whether process `pid` of container `name` has its memory (its context) counted.
-fn counted(state: &crate::state::State, name: &str, pid: u32) -> bool {
+fn counted(state: &tessera_controld::state::State, name: &str, pid: u32) -> bool {
     state
         .node_status()
         .containers

@@ -3,7 +3,7 @@
 
 use super::measure::{Meter, Row};
 use super::workload::{Results, PLANS};
-use crate::cli::human;
+use crate::render::human;
 use serde_json::Value;
 use std::io::Write;
 use std::time::Duration;

@@ -1,8 +1,8 @@
 //! `controld status` for a terminal: per GPU, its containers in one table, then what is
 //! wrong.
 
-use crate::status::{ContainerDevice, ContainerStatus, NodeStatus};
 use std::collections::BTreeSet;
+use tessera_controld::status::{ContainerDevice, ContainerStatus, NodeStatus};
 
 /// A size for people: `1.5GiB`, `512MiB`, `0B`.
 pub fn human(bytes: u64) -> String {
