@@ -11,7 +11,8 @@ use std::process::{ExitCode, Stdio};
 use std::time::{Duration, Instant};
 use tessera_bench::scenario::hook_costs;
 use tessera_bench::scenario::{
-    self, Bins, HookFigures, Options, Outcome, Report, RunInfo, REPORT_COMMAND, SCENARIOS,
+    self, Bins, HookFigures, Options, Outcome, Report, RunInfo, ScenarioError, REPORT_COMMAND,
+    SCENARIOS,
 };
 
 /// tessera-bench: Tessera's isolation scenarios and hook costs, measured on simgpu.
@@ -226,7 +227,7 @@ fn run_scenarios(
             }
             Err(e) => {
                 eprintln!("tessera-bench: scenario {name} could not run: {e}");
-                broken.push((name.to_string(), e));
+                broken.push((name.to_string(), e.to_string()));
             }
         }
     }
@@ -266,8 +267,8 @@ const PACKAGES: [&str; 6] = [
 
 /// `cargo build` of [`PACKAGES`] in the profile of this program's own directory, so that
 /// every program the scenarios run is there and current.
-fn build_programs(verbose: bool) -> Result<Duration, String> {
-    let exe = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
+fn build_programs(verbose: bool) -> Result<Duration, ScenarioError> {
+    let exe = std::env::current_exe().map_err(ScenarioError::start("find this program"))?;
     let profile = match exe
         .parent()
         .and_then(Path::file_name)
@@ -299,9 +300,12 @@ fn build_programs(verbose: bool) -> Result<Duration, String> {
         .stdin(Stdio::null())
         .stdout(stderr())
         .status()
-        .map_err(|e| format!("cannot run cargo: {e}"))?;
+        .map_err(ScenarioError::start("run cargo"))?;
     if !status.success() {
-        return Err(format!("cargo build failed ({status})"));
+        return Err(ScenarioError::Failed {
+            what: "cargo build".into(),
+            status,
+        });
     }
     Ok(start.elapsed())
 }
@@ -352,7 +356,7 @@ fn report(args: &Args, build: bool, criterion: bool, out: &Path) -> ExitCode {
             }
             Err(e) => {
                 eprintln!("tessera-bench: {e}");
-                HookFigures::Failed(e)
+                HookFigures::Failed(e.to_string())
             }
         }
     } else {
@@ -459,15 +463,21 @@ fn main() -> ExitCode {
 mod tests {
     use super::*;
 
-    fn args(line: &str) -> Result<Args, String> {
+    fn parsed(line: &str) -> Result<Parsed, clap::Error> {
         let cli = command()
             .try_get_matches_from(std::iter::once("tessera-bench").chain(line.split_whitespace()))
-            .and_then(|m| Cli::from_arg_matches(&m))
-            .map_err(|e| e.to_string())?;
-        match parse(cli) {
-            Parsed::Run(a) => Ok(a),
-            Parsed::List => Err("list".into()),
-            Parsed::Completions(_) => Err("completions".into()),
+            .and_then(|m| Cli::from_arg_matches(&m))?;
+        Ok(parse(cli))
+    }
+
+    /// The run `line` asks for, or what is said instead: clap's message, `list` or
+    /// `completions`.
+    fn args(line: &str) -> Result<Args, String> {
+        match parsed(line) {
+            Ok(Parsed::Run(a)) => Ok(a),
+            Ok(Parsed::List) => Err("list".into()),
+            Ok(Parsed::Completions(_)) => Err("completions".into()),
+            Err(e) => Err(e.to_string()),
         }
     }
 
