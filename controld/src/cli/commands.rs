@@ -48,9 +48,7 @@ pub fn container_rm(target: &Target<'_>, name: String, force: bool) -> Result<i3
 
 /// `controld container list`.
 pub fn container_list(target: &Target<'_>, as_json: bool) -> Result<i32, CliError> {
-    let Answer::Containers(list) = target.call(&Request::List {})? else {
-        return Err(CliError::Unexpected);
-    };
+    let list = target.containers()?;
     if as_json {
         return print(&json(&list));
     }
@@ -82,10 +80,11 @@ pub fn status(target: &Target<'_>, as_json: bool) -> Result<i32, CliError> {
     let Answer::Status(status) = target.call(&Request::Status {})? else {
         return Err(CliError::Unexpected);
     };
-    if as_json {
-        return print(&json(&status));
-    }
-    print(&render_status(&status))
+    print(&if as_json {
+        json(&status)
+    } else {
+        render_status(&status)
+    })
 }
 
 /// `controld exec -- CMD [ARGS...]`: the command's own exit status.
@@ -109,9 +108,7 @@ pub fn exec(
 
 /// `controld cdi`: the CDI spec of the containers the daemon has.
 pub fn cdi(target: &Target<'_>, output: Option<&Path>) -> Result<i32, CliError> {
-    let Answer::Containers(list) = target.call(&Request::List {})? else {
-        return Err(CliError::Unexpected);
-    };
+    let list = target.containers()?;
     let library = tessera_controld::exec::preload_library()?;
     let spec = json(&tessera_controld::cdi::spec(&list, &library));
     match output {

@@ -7,7 +7,7 @@ use tessera_controld::api::{Answer, Client, Request};
 use tessera_controld::config::{Config, DEFAULT_PATH};
 use tessera_controld::policy::{ComputePolicy, Priority};
 use tessera_controld::spec::{ContainerName, ContainerSpec, Gpus, MemorySize};
-use tessera_controld::state::{MemoryChange, SpecChange};
+use tessera_controld::state::{ContainerInfo, MemoryChange, SpecChange};
 
 /// The daemon a client command talks to.
 pub struct Target<'a> {
@@ -38,6 +38,14 @@ impl Target<'_> {
     pub fn call(&self, request: &Request) -> Result<Answer, CliError> {
         let mut client = Client::connect(&self.socket()?)?;
         Ok(client.call(request)?)
+    }
+
+    /// The containers the daemon has.
+    pub fn containers(&self) -> Result<Vec<ContainerInfo>, CliError> {
+        match self.call(&Request::List {})? {
+            Answer::Containers(list) => Ok(list),
+            _ => Err(CliError::Unexpected),
+        }
     }
 }
 
