@@ -4,7 +4,7 @@
 //! Criterion keeps each benchmark's estimates in `<home>/<group>/<id>/new/estimates.json`;
 //! the median's point estimate and 95 % confidence interval are what the tables show.
 
-use super::ScenarioError;
+use super::error::ScenarioError;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

@@ -7,7 +7,7 @@
 //!   `gpuload` publishes (its completed kernels times their length, see
 //!   [`crate::gpuload::Progress`]), and each process's memory from NVML.
 
-use super::ScenarioError;
+use super::error::ScenarioError;
 use crate::driver::{Nvml, NvmlError};
 use crate::gpuload::Progress;
 use std::collections::{btree_map, BTreeMap};

@@ -11,8 +11,8 @@
 //! at the same instant (libtessera measures a context's overhead as the device's growth
 //! while it is created).
 
+use super::error::ScenarioError;
 use super::plot::{Chart, Panel, Series};
-use super::ScenarioError;
 use super::{Bins, Options, Outcome, Proc, Sampler, Spec, Testbed, Trace};
 use serde_json::Value;
 use std::process::{Command, Stdio};

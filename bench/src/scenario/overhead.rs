@@ -3,9 +3,8 @@
 //! each against the same program without the preload, and the daemon's CPU time beside
 //! eight busy containers.
 
-use super::{
-    cpu_ns, pct, wait_running, Bins, Options, Outcome, Proc, ScenarioError, Spec, Testbed,
-};
+use super::error::ScenarioError;
+use super::{cpu_ns, pct, wait_running, Bins, Options, Outcome, Proc, Spec, Testbed};
 use std::time::{Duration, Instant};
 
 /// The 20 µs kernel workload.

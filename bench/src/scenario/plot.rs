@@ -6,7 +6,7 @@
 //! viewer to set, so drawing needs no fonts on this machine (plotters estimates a label's
 //! width from its length, which is all the layout needs).
 
-use super::ScenarioError;
+use super::error::ScenarioError;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 

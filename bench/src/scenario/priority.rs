@@ -3,10 +3,11 @@
 //! from the node's busy time, and the preemption latency from the stamps the library writes
 //! into the regions.
 
+use super::error::ScenarioError;
 use super::plot::{cdf, Chart, Panel, Series};
 use super::{
-    measure::percentile, ms, pct, wait_running, Bins, Options, Outcome, Sampler, ScenarioError,
-    Spec, Testbed, Workload,
+    measure::percentile, ms, pct, wait_running, Bins, Options, Outcome, Sampler, Spec, Testbed,
+    Workload,
 };
 use serde_json::Value;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -3,8 +3,8 @@
 //! figures is fixed text that states no figure of its own: every number on the page is
 //! computed in the run that writes it.
 
+use super::error::ScenarioError;
 use super::hook_costs::{self, HookCost, HookCosts};
-use super::ScenarioError;
 use super::{Options, Outcome, SCENARIOS};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};

@@ -5,8 +5,9 @@
 //! the node's ground truth, beside the same program without Tessera, and `controld`'s own
 //! measure of each container is checked against that ground truth.
 
+use super::error::ScenarioError;
 use super::shares::{baseline_run, shares_chart, shown, within, SECOND, TENTH};
-use super::{pct, train_together, Bins, Options, Outcome, ScenarioError, Spec, TrainRun, Workload};
+use super::{pct, train_together, Bins, Options, Outcome, Spec, TrainRun, Workload};
 
 /// The shapes under `fixed:30`: mode, its count, kernel length in ms, and a label.
 const SHAPES: &[(&str, usize, f64, &str)] = &[

@@ -1,10 +1,11 @@
 //! Shares of saturating containers (items 1–4 and 7): busy time per container
 //! from the node's ground truth, divided by the wall time it covers.
 
+use super::error::ScenarioError;
 use super::plot::{Chart, Panel, Series};
 use super::{
-    pct, train_together, wait_running, Bins, Options, Outcome, Sampler, ScenarioError, Spec,
-    Testbed, Trace, TrainRun, Workload,
+    pct, train_together, wait_running, Bins, Options, Outcome, Sampler, Spec, Testbed, Trace,
+    TrainRun, Workload,
 };
 use std::time::Duration;
 

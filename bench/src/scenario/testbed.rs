@@ -9,7 +9,7 @@
 //! simgpu is put on the programs' paths, and the ground truth is the progress each workload
 //! publishes (see [`crate::gpuload::Progress`]) instead of the node's busy time.
 
-use super::ScenarioError;
+use super::error::ScenarioError;
 use serde_json::Value;
 use std::ffi::OsStr;
 use std::io::Read;

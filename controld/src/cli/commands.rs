@@ -2,8 +2,9 @@
 //! the daemon, print the answer.
 
 use super::connect::Target;
+use super::declaration::{DemoArgs, Limits, Place};
+use super::error::CliError;
 use super::output::{json, print};
-use super::{CliError, DemoArgs, Limits, Place};
 use crate::render::render_status;
 use std::ffi::OsString;
 use std::path::Path;

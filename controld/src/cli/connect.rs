@@ -1,7 +1,8 @@
 //! What a client command needs from its flags: the control socket, and a container's
 //! limits read into the library's types.
 
-use super::{CliError, Limits, Place, Socket};
+use super::declaration::{Limits, Place, Socket};
+use super::error::CliError;
 use std::path::{Path, PathBuf};
 use tessera_controld::api::{Answer, Client, Request};
 use tessera_controld::config::{Config, DEFAULT_PATH};

@@ -1,6 +1,6 @@
 //! What a command prints on stdout.
 
-use super::CliError;
+use super::error::CliError;
 use std::io::Write;
 
 /// Prints `text`; a closed pipe (`controld status | head`) is not an error. Returns the exit
