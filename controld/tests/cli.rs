@@ -1,9 +1,9 @@
 //! The command line as a user meets it: help generated from the declaration, usage errors
 //! with clap's hint and status 2, and completions. Needs no daemon.
 
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 use std::time::Duration;
-use tessera_tests::run_with_timeout;
+use tessera_tests::{run_with_timeout, wait_with_timeout};
 
 fn controld(args: &[&str]) -> Output {
     run_with_timeout(
@@ -97,4 +97,22 @@ fn completions_come_from_the_same_declaration() {
     }
     let out = controld(&["completions", "tcsh"]);
     assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn a_reader_that_went_away_is_not_an_error() {
+    // `controld completions bash | head -1`, with the reader gone before the first write.
+    let (reader, writer) = std::io::pipe().expect("a pipe");
+    drop(reader);
+    let child = Command::new(env!("CARGO_BIN_EXE_controld"))
+        .args(["completions", "bash"])
+        .stdin(Stdio::null())
+        .stdout(writer)
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("controld starts");
+    let out = wait_with_timeout(child, Duration::from_secs(60), "controld completions bash");
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(err.is_empty(), "{err}");
 }

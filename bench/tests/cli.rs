@@ -1,5 +1,6 @@
-//! `gpuload`'s command line as a user meets it: help generated from the declaration, and a
-//! misspelt mode or option refused with status 2 and clap's hint. Needs no GPU.
+//! The command lines of `gpuload` and `tessera-bench` as a user meets them: help generated
+//! from the declaration, a misspelt mode or option refused with status 2 and clap's hint,
+//! and a reader that goes away. Needs no GPU.
 
 use std::process::{Command, Output};
 
@@ -60,4 +61,29 @@ fn a_misspelt_mode_or_option_gets_a_hint_and_status_2() {
         err.contains("--bytes") && err.contains("at least 4"),
         "{err}"
     );
+}
+
+/// Runs `program args` with a stdout whose reader is already gone.
+fn into_closed_pipe(program: &str, args: &[&str]) -> Output {
+    let (reader, writer) = std::io::pipe().expect("a pipe");
+    drop(reader);
+    Command::new(program)
+        .args(args)
+        .stdout(writer)
+        .output()
+        .expect("it runs")
+}
+
+#[test]
+fn a_reader_that_went_away_is_not_an_error() {
+    for (program, args) in [
+        (env!("CARGO_BIN_EXE_gpuload"), &["completions", "bash"][..]),
+        (env!("CARGO_BIN_EXE_tessera-bench"), &["scenario", "--list"]),
+        (env!("CARGO_BIN_EXE_tessera-bench"), &["completions", "zsh"]),
+    ] {
+        let out = into_closed_pipe(program, args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{program} {args:?}: {err}");
+        assert!(err.is_empty(), "{program} {args:?}: {err}");
+    }
 }
