@@ -29,7 +29,7 @@ mod visibility;
 /// while no other thread can be asking for it, and registers the fork handler.
 #[cfg_attr(test, allow(dead_code))]
 extern "C" fn constructor() {
-    dlsym::init();
+    driver::c_dlsym::init();
     fork::register();
 }
 
