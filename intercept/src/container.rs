@@ -4,6 +4,8 @@
 //! Everything here is made on first use by a hooked call, never while the dynamic linker
 //! or `dlsym` is running: the first allocation, query or context call pays for it.
 
+mod local_share;
+
 use crate::memory::registry::Registry;
 use std::ffi::OsStr;
 use std::os::fd::AsRawFd;
@@ -56,7 +58,7 @@ fn init() -> Option<Container> {
     }
     let region = open_region(&caps)?;
     let region = REGION.get_or_init(|| region);
-    crate::compute::configure(region);
+    local_share::apply(region);
     Some(Container {
         region,
         registry: Registry::new(),
@@ -496,8 +498,8 @@ impl Drop for Reservation {
     }
 }
 
-/// Called by the fork child handler: the child claims its own slot at its next hooked call;
-/// the parent's records stay the parent's.
+/// Called by the fork child handler (before the launch gate's): the child claims its own
+/// slot at its next hooked call; the parent's records stay the parent's.
 ///
 /// Async-signal-safe: atomic stores and the region's own fork-safe release only.
 pub(crate) fn after_fork_in_child() {
@@ -506,7 +508,6 @@ pub(crate) fn after_fork_in_child() {
     CLAIMING.store(false, Ordering::Relaxed);
     CLAIM_FAILED.store(false, Ordering::Relaxed);
     GENERATION.fetch_add(1, Ordering::Relaxed);
-    crate::compute::after_fork_in_child();
     if let Some(region) = REGION.get() {
         region.release_after_fork();
     }

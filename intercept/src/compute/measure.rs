@@ -18,7 +18,7 @@
 //! upper bound, tightened by every harvest, is the estimate. Without an anchor (no START
 //! completed, or the driver cannot say), intervals end at the moment of the harvest.
 
-use super::{real, Work};
+use super::{board, real};
 use crate::container;
 use std::cell::UnsafeCell;
 use std::collections::{HashMap, VecDeque};
@@ -41,6 +41,15 @@ const ESTIMATES_MAX: usize = 4096;
 
 /// A CUDA event handle.
 type Event = usize;
+
+/// What a launch puts on the GPU, as the window counts it: the kernel's function or the
+/// executable graph (whose measured time is known from its earlier launches), and the
+/// GPU time it took a place in the window for.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Work {
+    pub(crate) handle: usize,
+    pub(crate) estimate_ns: u64,
+}
 
 /// Which stream a launch went to: the legacy default stream of a context, a thread's
 /// per-thread default stream in a context, or a created stream.
@@ -552,11 +561,11 @@ pub(crate) fn settle_active(region: &Region, device: usize) {
         // Relaxed: a setting of the daemon's, read afresh each time. An online container
         // wakes the daemon's preemption thread, which lifts the offline blocks at once.
         if cleared && acct.priority.load(Ordering::Relaxed) == PRIORITY_ONLINE {
-            super::board_clear(acct, device);
+            board::clear(acct, device);
             // SeqCst: a launch on another thread may have raised the flag again between
             // the clear above and the board's: its bit must stand.
             if acct.active.load(Ordering::SeqCst) != 0 {
-                super::board_raise(acct, device);
+                board::raise(acct, device);
             }
             acct.wake_active();
         }

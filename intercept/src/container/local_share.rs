@@ -1,4 +1,10 @@
-//! `TESSERA_COMPUTE`: a compute share for a container without a daemon.
+//! `TESSERA_COMPUTE`: a compute share for a container without a daemon, applied to the
+//! region when the container state is made (the launch gate then finds the devices in
+//! local mode, where the processes refill the bucket themselves).
+
+use std::sync::atomic::Ordering;
+use tessera_region::layout::{COMPUTE_DAEMON, COMPUTE_LOCAL};
+use tessera_region::{Region, MAX_DEVICES};
 
 /// What `TESSERA_COMPUTE` asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,6 +38,43 @@ pub(crate) fn parse(value: &str) -> Result<LocalShare, String> {
         return Err(bad());
     }
     Ok(LocalShare::Fixed { ppm: q * 10_000 })
+}
+
+/// Applies `TESSERA_COMPUTE` to a freshly opened region: local mode at the share asked on
+/// every device that `controld` does not manage. Called once per process, when the
+/// container state is made. A malformed value is one error line and leaves compute
+/// unlimited: a bad setting never stops an application's kernels.
+pub(crate) fn apply(region: &Region) {
+    let Some(value) = crate::env::var(crate::env::COMPUTE) else {
+        return;
+    };
+    let ppm = match parse(&value) {
+        Ok(LocalShare::Fixed { ppm }) => ppm,
+        Ok(LocalShare::None) => return,
+        Err(line) => {
+            crate::tlog!(error, "{line}");
+            return;
+        }
+    };
+    for device in 0..MAX_DEVICES {
+        let acct = region.compute(device);
+        // Relaxed: the daemon's mode is a single word; a daemon that takes the region over
+        // later sets its own mode anyway.
+        if acct.mode.load(Ordering::Relaxed) == COMPUTE_DAEMON {
+            crate::tlog!(
+                warn,
+                "controld manages compute on device {device}; TESSERA_COMPUTE={value} is ignored there"
+            );
+            continue;
+        }
+        // Relaxed: read by refills, which take the mode set below as their go-ahead.
+        acct.local_share_ppm.store(ppm, Ordering::Relaxed);
+        region.set_compute_mode(device, COMPUTE_LOCAL);
+    }
+    crate::tlog!(
+        info,
+        "compute limited to {value} of each device by this container's processes"
+    );
 }
 
 #[cfg(test)]
