@@ -18,8 +18,9 @@
 //! upper bound, tightened by every harvest, is the estimate. Without an anchor (no START
 //! completed, or the driver cannot say), intervals end at the moment of the harvest.
 
-use super::{board, real};
+use super::board;
 use crate::container;
+use crate::hooks::real;
 use std::cell::UnsafeCell;
 use std::collections::{HashMap, VecDeque};
 use std::ffi::c_void;
@@ -295,7 +296,7 @@ fn take_event(book: &mut Book, ctx: usize) -> Option<Event> {
     if let Some(e) = book.pool.get_mut(&ctx).and_then(Vec::pop) {
         return Some(e);
     }
-    let create = real::event_create()?;
+    let create = real::cuEventCreate::real()?;
     let mut e: *mut c_void = std::ptr::null_mut();
     // SAFETY: writes one handle to our local; flags 0 keep timing on.
     (unsafe { create(&mut e, 0) } == SUCCESS && !e.is_null()).then_some(e as usize)
@@ -311,7 +312,7 @@ fn give_event(book: &mut Book, ctx: usize, e: Event) {
 }
 
 fn record(e: Event, stream: *mut c_void) -> bool {
-    let Some(record) = real::event_record() else {
+    let Some(record) = real::cuEventRecord::real() else {
         return false;
     };
     // SAFETY: an event of the current context and a stream handle the driver just accepted
@@ -389,7 +390,7 @@ pub(crate) fn after_launch(
 /// Whether an event's work has completed: `Some(true)` done, `Some(false)` not yet,
 /// `None` if the driver no longer knows it (its context is gone).
 fn query_done(e: Event) -> Option<bool> {
-    let query = real::event_query()?;
+    let query = real::cuEventQuery::real()?;
     // SAFETY: an event handle this library created; a destroyed one is an error code.
     match unsafe { query(e as *mut c_void) } {
         SUCCESS => Some(true),
@@ -399,7 +400,7 @@ fn query_done(e: Event) -> Option<bool> {
 }
 
 fn elapsed_ns(from: Event, to: Event) -> Option<u64> {
-    let elapsed = real::event_elapsed()?;
+    let elapsed = real::cuEventElapsedTime::real()?;
     let mut ms = 0f32;
     // SAFETY: writes one float to our local; both events are ours and complete.
     let rc = unsafe { elapsed(&mut ms, from as *mut c_void, to as *mut c_void) };
@@ -587,7 +588,7 @@ pub(crate) fn oldest_end(device: usize) -> Option<Event> {
 
 /// Waits for an event with the real `cuEventSynchronize`.
 pub(crate) fn wait_event(e: Event) {
-    if let Some(sync) = real::event_synchronize() {
+    if let Some(sync) = real::cuEventSynchronize::real() {
         // SAFETY: an event handle this library created; a stale one returns an error.
         unsafe { sync(e as *mut c_void) };
     }

@@ -17,10 +17,10 @@
 
 mod board;
 mod measure;
-mod real;
 pub(crate) mod sync;
 
 use crate::container;
+use crate::hooks::real;
 use measure::{StreamKey, Work};
 use std::cell::Cell;
 use std::ffi::c_void;
@@ -111,7 +111,7 @@ thread_local! {
 
 /// The current context and its device (cached per thread by context handle).
 fn current_device() -> Option<(usize, usize)> {
-    let get = real::ctx_get_current()?;
+    let get = real::cuCtxGetCurrent::real()?;
     let mut ctx: *mut c_void = std::ptr::null_mut();
     // SAFETY: writes one handle to our local.
     if unsafe { get(&mut ctx) } != SUCCESS || ctx.is_null() {
@@ -121,7 +121,7 @@ fn current_device() -> Option<(usize, usize)> {
     if cached == ctx as usize && device < MAX_DEVICES {
         return Some((cached, device));
     }
-    let get_device = real::ctx_get_device()?;
+    let get_device = real::cuCtxGetDevice::real()?;
     let mut dev = -1;
     // SAFETY: writes one int to our local.
     if unsafe { get_device(&mut dev) } != SUCCESS {
@@ -135,7 +135,7 @@ fn current_device() -> Option<(usize, usize)> {
 /// Whether work on `stream` goes into a graph being captured (it is gated when the graph
 /// is launched) — or the driver cannot say, in which case the launch is not gated either.
 fn capturing(stream: *mut c_void, per_thread: bool) -> bool {
-    let Some(is_capturing) = real::stream_is_capturing() else {
+    let Some(is_capturing) = real::cuStreamIsCapturing::real() else {
         return true;
     };
     let stream = if per_thread && stream.is_null() {

@@ -14,11 +14,11 @@ pub(crate) mod context;
 pub(crate) mod nvml;
 pub(crate) mod pool;
 pub(crate) mod query;
-pub(crate) mod real;
 pub(crate) mod registry;
 pub(crate) mod vmm;
 
 use crate::container::{self, Container, Reservation};
+use crate::hooks::real;
 use registry::{Allocation, Key};
 use std::ffi::c_void;
 
@@ -43,8 +43,8 @@ impl Site {
         let mut dev: i32 = -1;
         // SAFETY: both functions write one value to the valid locals passed.
         let ok = unsafe {
-            real::ctx_get_current()?(&mut ctx) == SUCCESS
-                && real::ctx_get_device()?(&mut dev) == SUCCESS
+            real::cuCtxGetCurrent::real()?(&mut ctx) == SUCCESS
+                && real::cuCtxGetDevice::real()?(&mut dev) == SUCCESS
         };
         let device = crate::visibility::account(usize::try_from(dev).ok()?);
         (ok && !ctx.is_null()).then_some(Site {
@@ -189,7 +189,7 @@ pub(crate) unsafe fn counted(dptr: *mut u64, bytes: u64, alloc: impl FnOnce() ->
 /// index): one driver call, which fails without a current context (an allocation's
 /// [`Site`] needs the context too, and asks for both).
 pub(super) fn current_device() -> Option<usize> {
-    let get = real::ctx_get_device()?;
+    let get = real::cuCtxGetDevice::real()?;
     let mut dev = -1;
     // SAFETY: writes one int to our local.
     (unsafe { get(&mut dev) } == SUCCESS)
