@@ -6,11 +6,12 @@
 
 mod local_share;
 
+use crate::fork_lock::{self, ForkLock};
 use crate::memory::registry::Registry;
 use std::ffi::OsStr;
 use std::os::fd::AsRawFd;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 use tessera_region::layout::MEASURE_LOCK;
@@ -36,12 +37,8 @@ static CONTAINER: OnceLock<Option<Container>> = OnceLock::new();
 /// This process's slot, leaked once claimed; null until the first reservation and again in
 /// a fork child, which claims its own.
 static SLOT: AtomicPtr<ProcessSlot> = AtomicPtr::new(std::ptr::null_mut());
-/// Held while one thread claims the slot. A spin flag rather than a mutex, so that a fork
-/// child can reset it with one store (a mutex held by a parent thread would stay locked).
-static CLAIMING: AtomicBool = AtomicBool::new(false);
-/// Counts the forks this process descends from (since the library was loaded): what was
-/// recorded under an older generation belongs to the parent.
-static GENERATION: AtomicU32 = AtomicU32::new(0);
+/// Held while one thread claims the slot.
+static CLAIMING: ForkLock<()> = ForkLock::new(());
 /// Set once a slot claim failed, so that the error is reported once.
 static CLAIM_FAILED: AtomicBool = AtomicBool::new(false);
 
@@ -287,14 +284,8 @@ impl Container {
 
     #[cold]
     fn claim_slot(&self) -> Option<&'static ProcessSlot> {
-        // Acquire on success: pairs with the Release store that ends the previous claim, so
-        // that its SLOT store is seen below.
-        while CLAIMING
-            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
-            std::thread::yield_now();
-        }
+        // The lock orders the previous claim's SLOT store before the load below.
+        let claiming = CLAIMING.lock();
         // Relaxed: CLAIMING's acquire already orders this load after the last claim.
         let mut slot = SLOT.load(Ordering::Relaxed);
         if slot.is_null() {
@@ -312,8 +303,7 @@ impl Container {
                 }
             }
         }
-        // Release: ends the critical section for the next claimer's Acquire.
-        CLAIMING.store(false, Ordering::Release);
+        drop(claiming);
         // SAFETY: non-null slots are leaked boxes, never freed.
         (!slot.is_null()).then(|| unsafe { &*slot })
     }
@@ -345,7 +335,7 @@ impl Container {
 
     /// Gives back `bytes` on `device` that this process reserved under `generation`.
     pub(crate) fn release(&self, device: usize, bytes: u64, generation: u32) {
-        if generation != current_generation() || device >= MAX_DEVICES {
+        if generation != fork_lock::generation() || device >= MAX_DEVICES {
             return;
         }
         // Relaxed: this thread made the reservation being given back, or learnt of it
@@ -440,12 +430,6 @@ fn others_may_hold(used: u64, mine: u64) -> bool {
     used != mine
 }
 
-/// The fork generation that new records are made under.
-pub(crate) fn current_generation() -> u32 {
-    // Relaxed: only a fork child changes it, before any of its threads run.
-    GENERATION.load(Ordering::Relaxed)
-}
-
 /// Bytes held for an operation in progress: given back when dropped, unless kept.
 #[must_use]
 pub(crate) struct Reservation {
@@ -498,16 +482,14 @@ impl Drop for Reservation {
     }
 }
 
-/// Called by the fork child handler (before the launch gate's): the child claims its own
-/// slot at its next hooked call; the parent's records stay the parent's.
+/// Called by the fork child handler: the child claims its own slot at its next hooked call;
+/// the parent's records stay the parent's.
 ///
 /// Async-signal-safe: atomic stores and the region's own fork-safe release only.
 pub(crate) fn after_fork_in_child() {
     // Relaxed throughout: the child has one thread until it returns from fork.
     SLOT.store(std::ptr::null_mut(), Ordering::Relaxed);
-    CLAIMING.store(false, Ordering::Relaxed);
     CLAIM_FAILED.store(false, Ordering::Relaxed);
-    GENERATION.fetch_add(1, Ordering::Relaxed);
     if let Some(region) = REGION.get() {
         region.release_after_fork();
     }

@@ -19,6 +19,7 @@ mod dlsym;
 mod driver;
 mod env;
 mod fork;
+mod fork_lock;
 mod hooks;
 mod launch;
 mod memory;

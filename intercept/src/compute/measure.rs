@@ -19,12 +19,11 @@
 //! completed, or the driver cannot say), intervals end at the moment of the harvest.
 
 use super::board;
-use crate::container;
+use crate::fork_lock::{self, ForkGuard, ForkLock};
 use crate::hooks::real;
-use std::cell::UnsafeCell;
 use std::collections::{HashMap, VecDeque};
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use tessera_region::layout::{ComputeAccount, PRIORITY_ONLINE};
 use tessera_region::{monotonic_ns, Region, MAX_DEVICES};
 
@@ -168,36 +167,15 @@ static PENDING: AtomicUsize = AtomicUsize::new(0);
 static MINE: [AtomicU32; MAX_DEVICES] = [const { AtomicU32::new(0) }; MAX_DEVICES];
 static MINE_NS: [AtomicU64; MAX_DEVICES] = [const { AtomicU64::new(0) }; MAX_DEVICES];
 
-/// The book behind a spin flag rather than a mutex, so that a fork child can take it back
-/// with one store (a mutex held by a parent thread would stay locked in the child).
-struct SpinLocked {
-    held: AtomicBool,
-    book: UnsafeCell<Option<Book>>,
-}
+/// The book; a fork child finds it afresh (see [`Guard::book`]).
+static BOOK: ForkLock<Option<Book>> = ForkLock::new(None);
 
-// SAFETY: the book is only reached through `lock`, which gives one thread at a time access.
-unsafe impl Sync for SpinLocked {}
-
-static BOOK: SpinLocked = SpinLocked {
-    held: AtomicBool::new(false),
-    book: UnsafeCell::new(None),
-};
-
-struct Guard(&'static SpinLocked);
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        // Release: publishes this holder's changes to the book to the next holder's Acquire.
-        self.0.held.store(false, Ordering::Release);
-    }
-}
+struct Guard(ForkGuard<'static, Option<Book>>);
 
 impl Guard {
     fn book(&mut self) -> &mut Book {
-        // SAFETY: the guard holds the flag, so no other thread reaches the book.
-        let slot = unsafe { &mut *self.0.book.get() };
-        let generation = container::current_generation();
-        let book = slot.get_or_insert_with(Book::default);
+        let generation = fork_lock::generation();
+        let book = self.0.get_or_insert_with(Book::default);
         if book.generation != generation {
             // A fork child: the parent's streams, events and contexts are not its own.
             *book = Book {
@@ -210,17 +188,7 @@ impl Guard {
 }
 
 fn lock() -> Guard {
-    loop {
-        // Acquire: pairs with the Release in `Guard::drop`.
-        if BOOK
-            .held
-            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
-            .is_ok()
-        {
-            return Guard(&BOOK);
-        }
-        std::thread::yield_now();
-    }
+    Guard(BOOK.lock())
 }
 
 /// Whether this process has launches being measured.
@@ -598,7 +566,6 @@ pub(crate) fn wait_event(e: Event) {
 /// atomic stores only (the book itself is replaced at its next use, by generation).
 pub(crate) fn after_fork_in_child() {
     // Relaxed throughout: the child has one thread until it returns from fork.
-    BOOK.held.store(false, Ordering::Relaxed);
     PENDING.store(0, Ordering::Relaxed);
     for m in &MINE {
         m.store(0, Ordering::Relaxed);

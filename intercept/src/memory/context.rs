@@ -22,10 +22,11 @@
 
 use super::{current_device, forget_context, OUT_OF_MEMORY, SUCCESS};
 use crate::container::{self, Container, Reservation};
+use crate::fork_lock::{self, ForkGuard, ForkLock};
 use crate::hooks::real;
 use std::collections::HashMap;
 use std::ffi::c_void;
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::OnceLock;
 use tessera_region::MAX_DEVICES;
 
 /// A primary context this process counts: counted from the retain that made it active until
@@ -52,16 +53,16 @@ struct Book {
     created: HashMap<usize, (usize, u64)>,
 }
 
-static BOOK: Mutex<Option<Book>> = Mutex::new(None);
+static BOOK: ForkLock<Option<Book>> = ForkLock::new(None);
 
 /// The book, locked for the whole context operation.
-struct Locked(MutexGuard<'static, Option<Book>>);
+struct Locked(ForkGuard<'static, Option<Book>>);
 
 impl Locked {
     fn get() -> Locked {
         // A panic while locked leaves the book consistent: updates are single assignments.
-        let mut guard = BOOK.lock().unwrap_or_else(|e| e.into_inner());
-        let generation = container::current_generation();
+        let mut guard = BOOK.lock();
+        let generation = fork_lock::generation();
         if !matches!(guard.as_ref(), Some(b) if b.generation == generation) {
             *guard = Some(Book {
                 generation,

@@ -18,6 +18,7 @@ pub(crate) mod registry;
 pub(crate) mod vmm;
 
 use crate::container::{self, Container, Reservation};
+use crate::fork_lock;
 use crate::hooks::real;
 use registry::{Allocation, Key};
 use std::ffi::c_void;
@@ -102,7 +103,7 @@ pub(crate) fn record(
         device,
         bytes,
         context,
-        generation: container::current_generation(),
+        generation: fork_lock::generation(),
     };
     if let Some(stale) = c.registry.insert(key, allocation) {
         // The driver handed out the same pointer or handle again, so the old one was freed

@@ -12,10 +12,10 @@
 use super::registry::{Allocation, Key};
 use super::{forget_then, Site, SUCCESS};
 use crate::container::{self, Container};
+use crate::fork_lock::{ForkGuard, ForkLock};
 use crate::hooks::real;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard};
 
 /// `CUDA_ERROR_NOT_READY`: what `cuEventQuery` says while work before the event is queued.
 const NOT_READY: u32 = 600;
@@ -35,13 +35,13 @@ struct Pending {
     allocation: Allocation,
 }
 
-static PENDING: Mutex<Vec<Pending>> = Mutex::new(Vec::new());
+static PENDING: ForkLock<Vec<Pending>> = ForkLock::new(Vec::new());
 /// How many frees are pending: lets the allocation path skip the lock when none is.
 static PENDING_COUNT: AtomicUsize = AtomicUsize::new(0);
 
-fn pending() -> MutexGuard<'static, Vec<Pending>> {
+fn pending() -> ForkGuard<'static, Vec<Pending>> {
     // Pushes and retains leave the list consistent even if a panic interrupts a caller.
-    PENDING.lock().unwrap_or_else(|e| e.into_inner())
+    PENDING.lock()
 }
 
 /// Gives back the frees that have run. Cheap when none is pending.

@@ -13,10 +13,10 @@
 use super::registry::Allocation;
 use super::{admit, Admit, OUT_OF_MEMORY, SUCCESS};
 use crate::container::{self, Container};
+use crate::fork_lock::{self, ForkGuard, ForkLock};
 use crate::hooks::real;
 use std::collections::BTreeMap;
 use std::ffi::c_void;
-use std::sync::{Mutex, MutexGuard};
 
 /// `CU_MEM_LOCATION_TYPE_DEVICE`.
 const LOCATION_DEVICE: u32 = 1;
@@ -165,11 +165,11 @@ impl Book {
     }
 }
 
-static BOOK: Mutex<Book> = Mutex::new(Book::new());
+static BOOK: ForkLock<Book> = ForkLock::new(Book::new());
 
-fn book() -> MutexGuard<'static, Book> {
+fn book() -> ForkGuard<'static, Book> {
     // The book is consistent after every method, so a panic elsewhere cannot leave it torn.
-    BOOK.lock().unwrap_or_else(|e| e.into_inner())
+    BOOK.lock()
 }
 
 fn give_back(c: &Container, freed: impl IntoIterator<Item = Allocation>) {
@@ -208,7 +208,7 @@ pub(crate) unsafe fn mem_create(
             bytes: reservation.keep(),
             // Not tied to a context: physical allocations outlive the context that made them.
             context: 0,
-            generation: container::current_generation(),
+            generation: fork_lock::generation(),
         };
         // The lock is taken after the driver call: a release of the same value that freed
         // it in the driver finishes its bookkeeping first (it holds the lock throughout).
