@@ -2,15 +2,17 @@
 //! devices, what each process holds on each, and each device's engine.
 
 mod file;
+pub(crate) mod handoff;
 mod layout;
 mod liveness;
+mod seat;
 
 use crate::config::{self, NodeConfig};
 use crate::device::{parse_devices, DeviceSpec, DeviceSpecError, DEFAULT_DEVICES, MAX_DEVICES};
-use crate::engine::{Engine, EngineSeat};
 use file::{Mapping, Want};
 pub(crate) use layout::{DeviceState, NodeState, MAX_PROCESSES};
 use layout::{SLOT_FREE, SLOT_LIVE};
+pub(crate) use seat::EngineSeat;
 use serde::Serialize;
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
@@ -297,7 +299,7 @@ impl Node {
             // subtraction is ordered after it.
             let held = p.memory[dev].swap(0, Ordering::AcqRel);
             d.used.fetch_sub(held, Ordering::AcqRel);
-            crate::engine::forget(d, slot);
+            handoff::forget(d, slot);
         }
         // Release: the returned memory and the engine are visible before the slot is free.
         p.state.store(SLOT_FREE, Ordering::Release);
@@ -536,9 +538,8 @@ impl Process {
         self.node.process_state(self.slot).memory[device].load(Ordering::Relaxed)
     }
 
-    /// The engine of a device, as this process sees it.
-    pub fn engine(&self, device: usize) -> Engine<'_> {
-        let device = self.node_index(device);
-        Engine::new(self, device, &self.seats[device])
+    /// This process's hold on node device `device`'s engine.
+    pub(crate) fn seat(&self, device: usize) -> &Mutex<EngineSeat> {
+        &self.seats[device]
     }
 }
