@@ -3,6 +3,7 @@
 //! function from [`super::real`].
 
 use super::table::hook_table;
+use crate::{compute, launch, memory, proc_address, visibility};
 #[allow(unused_imports)] // the types of the table's signatures
 use std::ffi::{c_char, c_int, c_uint, c_void};
 
@@ -11,12 +12,8 @@ use std::ffi::{c_char, c_int, c_uint, c_void};
 /// `unsafe fn(real, args…) -> u32` with `real` the real function of the variant called.
 macro_rules! declare_exports {
     (
-        hooks {$(
-            $lib:ident fn $name:ident ( $($arg:ident : $ty:ty),* $(,)? )
-            $( [ $base:ident @ $since:literal $($flavour:ident)? ] )?
-            => $handler:path;
-        )*}
-        calls { $($calls:tt)* }
+        $( hook $lib:ident $name:ident ($($arg:ident : $ty:ty),*) [$($key:tt)*] => $handler:path; )*
+        $( call $clib:ident $cname:ident ($($cty:ty),*); )*
     ) => {
         $(
             #[doc = concat!("Our `", stringify!($name), "`; see the hook table.")]
@@ -47,7 +44,7 @@ macro_rules! declare_exports {
             $crate::hooks::Hook {
                 name: stringify!($name),
                 lib: declare_exports!(@lib $lib),
-                proc_key: declare_exports!(@key $( $base $since $($flavour)? )?),
+                proc_key: declare_exports!(@key $($key)*),
                 wrapper: $crate::hooks::Wrapper::new($name as *const ::std::ffi::c_void),
                 real: &$crate::hooks::real::$name::REAL,
                 calls: &$crate::hooks::real::$name::CALLS,

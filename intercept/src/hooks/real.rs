@@ -62,14 +62,8 @@ impl RealSlot {
 /// Expands the table (see `table::hook_table`) into one module per entry.
 macro_rules! declare_real {
     (
-        hooks {$(
-            $lib:ident fn $name:ident ( $($arg:ident : $ty:ty),* $(,)? )
-            $( [ $base:ident @ $since:literal $($flavour:ident)? ] )?
-            => $handler:path;
-        )*}
-        calls {$(
-            $clib:ident fn $cname:ident ( $($carg:ident : $cty:ty),* $(,)? );
-        )*}
+        $( hook $lib:ident $name:ident ($($arg:ident : $ty:ty),*) [$($key:tt)*] => $handler:path; )*
+        $( call $clib:ident $cname:ident ($($cty:ty),*); )*
     ) => {
         $(
             declare_real!(@entry $lib $name ($($ty),*) {

@@ -19,7 +19,9 @@
 //! from the oldest one listed up to the newest, each with its per-thread twin where the driver
 //! has one: `cuGetProcAddress` substitution relies on it, and the coverage test checks it.
 
-/// Hands the table to `$expand`, a macro taking `hooks { … } calls { … }`. A hooked entry:
+/// Hands the table to `$expand`, one entry a line in a normal form:
+/// `hook lib name(arg: type, …) [base since flavour] => handler;` and
+/// `call lib name(type, …);`. A hooked entry as written here:
 ///
 /// ```text
 /// cuda fn cuMemAlloc_v2(dptr: *mut u64, bytes: usize) [cuMemAlloc @ 3020] => handler;
@@ -30,180 +32,189 @@
 /// A call-only entry: `cuda fn cuEventQuery(event: *mut c_void);`. Every function returns
 /// the library's 32-bit result code.
 macro_rules! hook_table {
-    ($expand:ident) => {
+    (@normal $expand:ident
+        hooks {$(
+            $lib:ident fn $name:ident ( $($arg:ident : $ty:ty),* $(,)? )
+            $( [ $base:ident @ $since:literal $($flavour:ident)? ] )?
+            => $handler:path;
+        )*}
+        calls {$( $clib:ident fn $cname:ident ( $($carg:ident : $cty:ty),* $(,)? ); )*}
+    ) => {
         $expand! {
-            hooks {
-                cuda fn cuArray3DCreate_v2(arr: *mut *mut c_void, desc: *const c_void)
-                    [cuArray3DCreate @ 3020] => $crate::memory::array::array3d_create;
-                cuda fn cuArrayCreate_v2(arr: *mut *mut c_void, desc: *const c_void)
-                    [cuArrayCreate @ 3020] => $crate::memory::array::array_create;
-                cuda fn cuArrayDestroy(arr: *mut c_void)
-                    [cuArrayDestroy @ 2000] => $crate::memory::array::array_destroy;
-                cuda fn cuCtxCreate_v2(ctx: *mut *mut c_void, flags: u32, dev: i32)
-                    [cuCtxCreate @ 3020] => $crate::memory::context::ctx_create_v2;
-                cuda fn cuCtxCreate_v3(
-                    ctx: *mut *mut c_void, params: *mut c_void, num_params: i32, flags: u32, dev: i32,
-                ) [cuCtxCreate @ 11040] => $crate::memory::context::ctx_create_v3;
-                cuda fn cuCtxCreate_v4(ctx: *mut *mut c_void, params: *mut c_void, flags: u32, dev: i32)
-                    [cuCtxCreate @ 12050] => $crate::memory::context::ctx_create_v4;
-                cuda fn cuCtxDestroy_v2(ctx: *mut c_void)
-                    [cuCtxDestroy @ 4000] => $crate::memory::context::ctx_destroy;
-                cuda fn cuCtxSynchronize()
-                    [cuCtxSynchronize @ 2000] => $crate::compute::sync::ctx_synchronize;
-                cuda fn cuDevicePrimaryCtxRelease(dev: i32)
-                    [cuDevicePrimaryCtxRelease @ 7000] => $crate::memory::context::primary_ctx_release;
-                cuda fn cuDevicePrimaryCtxRelease_v2(dev: i32)
-                    [cuDevicePrimaryCtxRelease @ 11000] => $crate::memory::context::primary_ctx_release;
-                cuda fn cuDevicePrimaryCtxReset(dev: i32)
-                    [cuDevicePrimaryCtxReset @ 7000] => $crate::memory::context::primary_ctx_reset;
-                cuda fn cuDevicePrimaryCtxReset_v2(dev: i32)
-                    [cuDevicePrimaryCtxReset @ 11000] => $crate::memory::context::primary_ctx_reset;
-                cuda fn cuDevicePrimaryCtxRetain(ctx: *mut *mut c_void, dev: i32)
-                    [cuDevicePrimaryCtxRetain @ 7000] => $crate::memory::context::primary_ctx_retain;
-                cuda fn cuDeviceTotalMem_v2(bytes: *mut usize, dev: i32)
-                    [cuDeviceTotalMem @ 3020] => $crate::memory::query::device_total_mem;
-                cuda fn cuEventSynchronize(event: *mut c_void)
-                    [cuEventSynchronize @ 2000] => $crate::compute::sync::event_synchronize;
-                cuda fn cuGetProcAddress(
-                    symbol: *const c_char, pfn: *mut *mut c_void, cuda_version: c_int, flags: u64,
-                ) [cuGetProcAddress @ 11030] => $crate::proc_address::get_proc_address;
-                cuda fn cuGetProcAddress_v2(
-                    symbol: *const c_char, pfn: *mut *mut c_void, cuda_version: c_int, flags: u64,
-                    symbol_status: *mut c_int,
-                ) [cuGetProcAddress @ 12000] => $crate::proc_address::get_proc_address_v2;
-                cuda fn cuGraphLaunch(exec: *mut c_void, stream: *mut c_void)
-                    [cuGraphLaunch @ 10000] => $crate::launch::graph_launch::<false>;
-                cuda fn cuGraphLaunch_ptsz(exec: *mut c_void, stream: *mut c_void)
-                    [cuGraphLaunch @ 10000 per_thread] => $crate::launch::graph_launch::<true>;
-                cuda fn cuInit(flags: u32) [cuInit @ 2000] => $crate::visibility::init;
-                cuda fn cuLaunchCooperativeKernel(
-                    f: *mut c_void, grid_x: u32, grid_y: u32, grid_z: u32,
-                    block_x: u32, block_y: u32, block_z: u32, shared_bytes: u32, stream: *mut c_void,
-                    params: *mut *mut c_void,
-                ) [cuLaunchCooperativeKernel @ 9000] => $crate::launch::launch_cooperative_kernel::<false>;
-                cuda fn cuLaunchCooperativeKernel_ptsz(
-                    f: *mut c_void, grid_x: u32, grid_y: u32, grid_z: u32,
-                    block_x: u32, block_y: u32, block_z: u32, shared_bytes: u32, stream: *mut c_void,
-                    params: *mut *mut c_void,
-                ) [cuLaunchCooperativeKernel @ 9000 per_thread] => $crate::launch::launch_cooperative_kernel::<true>;
-                cuda fn cuLaunchKernel(
-                    f: *mut c_void, grid_x: u32, grid_y: u32, grid_z: u32,
-                    block_x: u32, block_y: u32, block_z: u32, shared_bytes: u32, stream: *mut c_void,
-                    params: *mut *mut c_void, extra: *mut *mut c_void,
-                ) [cuLaunchKernel @ 4000] => $crate::launch::launch_kernel::<false>;
-                cuda fn cuLaunchKernelEx(
-                    config: *const c_void, f: *mut c_void, params: *mut *mut c_void,
-                    extra: *mut *mut c_void,
-                ) [cuLaunchKernelEx @ 11060] => $crate::launch::launch_kernel_ex::<false>;
-                cuda fn cuLaunchKernelEx_ptsz(
-                    config: *const c_void, f: *mut c_void, params: *mut *mut c_void,
-                    extra: *mut *mut c_void,
-                ) [cuLaunchKernelEx @ 11060 per_thread] => $crate::launch::launch_kernel_ex::<true>;
-                cuda fn cuLaunchKernel_ptsz(
-                    f: *mut c_void, grid_x: u32, grid_y: u32, grid_z: u32,
-                    block_x: u32, block_y: u32, block_z: u32, shared_bytes: u32, stream: *mut c_void,
-                    params: *mut *mut c_void, extra: *mut *mut c_void,
-                ) [cuLaunchKernel @ 7000 per_thread] => $crate::launch::launch_kernel::<true>;
-                cuda fn cuMemAddressFree(ptr: u64, size: usize)
-                    [cuMemAddressFree @ 10020] => $crate::memory::vmm::mem_address_free;
-                cuda fn cuMemAllocAsync(dptr: *mut u64, bytes: usize, stream: *mut c_void)
-                    [cuMemAllocAsync @ 11020] => $crate::memory::pool::mem_alloc_async;
-                cuda fn cuMemAllocAsync_ptsz(dptr: *mut u64, bytes: usize, stream: *mut c_void)
-                    [cuMemAllocAsync @ 11020 per_thread] => $crate::memory::pool::mem_alloc_async;
-                cuda fn cuMemAllocFromPoolAsync(
-                    dptr: *mut u64, bytes: usize, pool: *mut c_void, stream: *mut c_void,
-                ) [cuMemAllocFromPoolAsync @ 11020] => $crate::memory::pool::mem_alloc_from_pool_async;
-                cuda fn cuMemAllocFromPoolAsync_ptsz(
-                    dptr: *mut u64, bytes: usize, pool: *mut c_void, stream: *mut c_void,
-                ) [cuMemAllocFromPoolAsync @ 11020 per_thread] => $crate::memory::pool::mem_alloc_from_pool_async;
-                cuda fn cuMemAllocManaged(dptr: *mut u64, bytes: usize, flags: u32)
-                    [cuMemAllocManaged @ 6000] => $crate::memory::alloc::mem_alloc_managed;
-                cuda fn cuMemAllocPitch_v2(
-                    dptr: *mut u64, pitch: *mut usize, width: usize, height: usize, elem: u32,
-                ) [cuMemAllocPitch @ 3020] => $crate::memory::alloc::mem_alloc_pitch;
-                cuda fn cuMemAlloc_v2(dptr: *mut u64, bytes: usize)
-                    [cuMemAlloc @ 3020] => $crate::memory::alloc::mem_alloc;
-                cuda fn cuMemCreate(handle: *mut u64, size: usize, prop: *const c_void, flags: u64)
-                    [cuMemCreate @ 10020] => $crate::memory::vmm::mem_create;
-                cuda fn cuMemFreeAsync(dptr: u64, stream: *mut c_void)
-                    [cuMemFreeAsync @ 11020] => $crate::memory::pool::mem_free_async;
-                cuda fn cuMemFreeAsync_ptsz(dptr: u64, stream: *mut c_void)
-                    [cuMemFreeAsync @ 11020 per_thread] => $crate::memory::pool::mem_free_async;
-                cuda fn cuMemFree_v2(dptr: u64)
-                    [cuMemFree @ 3020] => $crate::memory::alloc::mem_free;
-                cuda fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize)
-                    [cuMemGetInfo @ 3020] => $crate::memory::query::mem_get_info;
-                cuda fn cuMemMap(ptr: u64, size: usize, offset: usize, handle: u64, flags: u64)
-                    [cuMemMap @ 10020] => $crate::memory::vmm::mem_map;
-                cuda fn cuMemRelease(handle: u64)
-                    [cuMemRelease @ 10020] => $crate::memory::vmm::mem_release;
-                cuda fn cuMemRetainAllocationHandle(handle: *mut u64, addr: *mut c_void)
-                    [cuMemRetainAllocationHandle @ 11000] => $crate::memory::vmm::mem_retain_allocation_handle;
-                cuda fn cuMemUnmap(ptr: u64, size: usize)
-                    [cuMemUnmap @ 10020] => $crate::memory::vmm::mem_unmap;
-                cuda fn cuMipmappedArrayCreate(arr: *mut *mut c_void, desc: *const c_void, levels: u32)
-                    [cuMipmappedArrayCreate @ 5000] => $crate::memory::array::mipmapped_array_create;
-                cuda fn cuMipmappedArrayDestroy(arr: *mut c_void)
-                    [cuMipmappedArrayDestroy @ 5000] => $crate::memory::array::mipmapped_array_destroy;
-                cuda fn cuStreamSynchronize(stream: *mut c_void)
-                    [cuStreamSynchronize @ 2000] => $crate::compute::sync::stream_synchronize;
-                cuda fn cuStreamSynchronize_ptsz(stream: *mut c_void)
-                    [cuStreamSynchronize @ 7000 per_thread] => $crate::compute::sync::stream_synchronize;
-                nvml fn nvmlDeviceGetComputeRunningProcesses(
-                    device: *mut c_void, count: *mut c_uint, infos: *mut c_void,
-                ) => $crate::visibility::running_processes::<16>;
-                nvml fn nvmlDeviceGetComputeRunningProcesses_v2(
-                    device: *mut c_void, count: *mut c_uint, infos: *mut c_void,
-                ) => $crate::visibility::running_processes::<24>;
-                nvml fn nvmlDeviceGetComputeRunningProcesses_v3(
-                    device: *mut c_void, count: *mut c_uint, infos: *mut c_void,
-                ) => $crate::visibility::running_processes::<24>;
-                nvml fn nvmlDeviceGetCount(count: *mut c_uint) => $crate::visibility::nvml_count;
-                nvml fn nvmlDeviceGetCount_v2(count: *mut c_uint) => $crate::visibility::nvml_count;
-                nvml fn nvmlDeviceGetGraphicsRunningProcesses(
-                    device: *mut c_void, count: *mut c_uint, infos: *mut c_void,
-                ) => $crate::visibility::running_processes::<16>;
-                nvml fn nvmlDeviceGetGraphicsRunningProcesses_v2(
-                    device: *mut c_void, count: *mut c_uint, infos: *mut c_void,
-                ) => $crate::visibility::running_processes::<24>;
-                nvml fn nvmlDeviceGetGraphicsRunningProcesses_v3(
-                    device: *mut c_void, count: *mut c_uint, infos: *mut c_void,
-                ) => $crate::visibility::running_processes::<24>;
-                nvml fn nvmlDeviceGetHandleByIndex(index: c_uint, device: *mut *mut c_void)
-                    => $crate::visibility::nvml_handle_by_index;
-                nvml fn nvmlDeviceGetHandleByIndex_v2(index: c_uint, device: *mut *mut c_void)
-                    => $crate::visibility::nvml_handle_by_index;
-                nvml fn nvmlDeviceGetHandleByPciBusId(bus_id: *const c_char, device: *mut *mut c_void)
-                    => $crate::visibility::nvml_handle_by_pci_bus_id;
-                nvml fn nvmlDeviceGetHandleByPciBusId_v2(bus_id: *const c_char, device: *mut *mut c_void)
-                    => $crate::visibility::nvml_handle_by_pci_bus_id;
-                nvml fn nvmlDeviceGetHandleByUUID(uuid: *const c_char, device: *mut *mut c_void)
-                    => $crate::visibility::nvml_handle_by_uuid;
-                nvml fn nvmlDeviceGetIndex(device: *mut c_void, index: *mut c_uint)
-                    => $crate::visibility::nvml_index;
-                nvml fn nvmlDeviceGetMPSComputeRunningProcesses_v3(
-                    device: *mut c_void, count: *mut c_uint, infos: *mut c_void,
-                ) => $crate::visibility::running_processes::<24>;
-                nvml fn nvmlDeviceGetMemoryInfo(device: *mut c_void, memory: *mut c_void)
-                    => $crate::memory::nvml::memory_info;
-                nvml fn nvmlDeviceGetMemoryInfo_v2(device: *mut c_void, memory: *mut c_void)
-                    => $crate::memory::nvml::memory_info_v2;
-            }
-            calls {
-                cuda fn cuCtxGetCurrent(ctx: *mut *mut c_void);
-                cuda fn cuCtxGetDevice(dev: *mut i32);
-                cuda fn cuCtxPopCurrent_v2(ctx: *mut *mut c_void);
-                cuda fn cuCtxPushCurrent_v2(ctx: *mut c_void);
-                cuda fn cuDevicePrimaryCtxGetState(dev: i32, flags: *mut u32, active: *mut i32);
-                cuda fn cuEventCreate(event: *mut *mut c_void, flags: u32);
-                cuda fn cuEventDestroy_v2(event: *mut c_void);
-                cuda fn cuEventElapsedTime(ms: *mut f32, start: *mut c_void, end: *mut c_void);
-                cuda fn cuEventQuery(event: *mut c_void);
-                cuda fn cuEventRecord(event: *mut c_void, stream: *mut c_void);
-                cuda fn cuStreamIsCapturing(stream: *mut c_void, status: *mut u32);
-                nvml fn nvmlInit_v2();
-            }
+            $( hook $lib $name ($($arg: $ty),*) [$($base $since $($flavour)?)?] => $handler; )*
+            $( call $clib $cname ($($cty),*); )*
         }
     };
+    // The table: the hooked entries, then the call-only ones.
+    ($expand:ident) => { hook_table! { @normal $expand hooks {
+    cuda fn cuArray3DCreate_v2(arr: *mut *mut c_void, desc: *const c_void)
+        [cuArray3DCreate @ 3020] => memory::array::array3d_create;
+    cuda fn cuArrayCreate_v2(arr: *mut *mut c_void, desc: *const c_void)
+        [cuArrayCreate @ 3020] => memory::array::array_create;
+    cuda fn cuArrayDestroy(arr: *mut c_void)
+        [cuArrayDestroy @ 2000] => memory::array::array_destroy;
+    cuda fn cuCtxCreate_v2(ctx: *mut *mut c_void, flags: u32, dev: i32)
+        [cuCtxCreate @ 3020] => memory::context::ctx_create_v2;
+    cuda fn cuCtxCreate_v3(
+        ctx: *mut *mut c_void, params: *mut c_void, num_params: i32, flags: u32, dev: i32,
+    ) [cuCtxCreate @ 11040] => memory::context::ctx_create_v3;
+    cuda fn cuCtxCreate_v4(ctx: *mut *mut c_void, params: *mut c_void, flags: u32, dev: i32)
+        [cuCtxCreate @ 12050] => memory::context::ctx_create_v4;
+    cuda fn cuCtxDestroy_v2(ctx: *mut c_void)
+        [cuCtxDestroy @ 4000] => memory::context::ctx_destroy;
+    cuda fn cuCtxSynchronize()
+        [cuCtxSynchronize @ 2000] => compute::sync::ctx_synchronize;
+    cuda fn cuDevicePrimaryCtxRelease(dev: i32)
+        [cuDevicePrimaryCtxRelease @ 7000] => memory::context::primary_ctx_release;
+    cuda fn cuDevicePrimaryCtxRelease_v2(dev: i32)
+        [cuDevicePrimaryCtxRelease @ 11000] => memory::context::primary_ctx_release;
+    cuda fn cuDevicePrimaryCtxReset(dev: i32)
+        [cuDevicePrimaryCtxReset @ 7000] => memory::context::primary_ctx_reset;
+    cuda fn cuDevicePrimaryCtxReset_v2(dev: i32)
+        [cuDevicePrimaryCtxReset @ 11000] => memory::context::primary_ctx_reset;
+    cuda fn cuDevicePrimaryCtxRetain(ctx: *mut *mut c_void, dev: i32)
+        [cuDevicePrimaryCtxRetain @ 7000] => memory::context::primary_ctx_retain;
+    cuda fn cuDeviceTotalMem_v2(bytes: *mut usize, dev: i32)
+        [cuDeviceTotalMem @ 3020] => memory::query::device_total_mem;
+    cuda fn cuEventSynchronize(event: *mut c_void)
+        [cuEventSynchronize @ 2000] => compute::sync::event_synchronize;
+    cuda fn cuGetProcAddress(
+        symbol: *const c_char, pfn: *mut *mut c_void, cuda_version: c_int, flags: u64,
+    ) [cuGetProcAddress @ 11030] => proc_address::get_proc_address;
+    cuda fn cuGetProcAddress_v2(
+        symbol: *const c_char, pfn: *mut *mut c_void, cuda_version: c_int, flags: u64,
+        symbol_status: *mut c_int,
+    ) [cuGetProcAddress @ 12000] => proc_address::get_proc_address_v2;
+    cuda fn cuGraphLaunch(exec: *mut c_void, stream: *mut c_void)
+        [cuGraphLaunch @ 10000] => launch::graph_launch::<false>;
+    cuda fn cuGraphLaunch_ptsz(exec: *mut c_void, stream: *mut c_void)
+        [cuGraphLaunch @ 10000 per_thread] => launch::graph_launch::<true>;
+    cuda fn cuInit(flags: u32) [cuInit @ 2000] => visibility::init;
+    cuda fn cuLaunchCooperativeKernel(
+        f: *mut c_void, grid_x: u32, grid_y: u32, grid_z: u32,
+        block_x: u32, block_y: u32, block_z: u32, shared_bytes: u32, stream: *mut c_void,
+        params: *mut *mut c_void,
+    ) [cuLaunchCooperativeKernel @ 9000] => launch::launch_cooperative_kernel::<false>;
+    cuda fn cuLaunchCooperativeKernel_ptsz(
+        f: *mut c_void, grid_x: u32, grid_y: u32, grid_z: u32,
+        block_x: u32, block_y: u32, block_z: u32, shared_bytes: u32, stream: *mut c_void,
+        params: *mut *mut c_void,
+    ) [cuLaunchCooperativeKernel @ 9000 per_thread] => launch::launch_cooperative_kernel::<true>;
+    cuda fn cuLaunchKernel(
+        f: *mut c_void, grid_x: u32, grid_y: u32, grid_z: u32,
+        block_x: u32, block_y: u32, block_z: u32, shared_bytes: u32, stream: *mut c_void,
+        params: *mut *mut c_void, extra: *mut *mut c_void,
+    ) [cuLaunchKernel @ 4000] => launch::launch_kernel::<false>;
+    cuda fn cuLaunchKernelEx(
+        config: *const c_void, f: *mut c_void, params: *mut *mut c_void,
+        extra: *mut *mut c_void,
+    ) [cuLaunchKernelEx @ 11060] => launch::launch_kernel_ex::<false>;
+    cuda fn cuLaunchKernelEx_ptsz(
+        config: *const c_void, f: *mut c_void, params: *mut *mut c_void,
+        extra: *mut *mut c_void,
+    ) [cuLaunchKernelEx @ 11060 per_thread] => launch::launch_kernel_ex::<true>;
+    cuda fn cuLaunchKernel_ptsz(
+        f: *mut c_void, grid_x: u32, grid_y: u32, grid_z: u32,
+        block_x: u32, block_y: u32, block_z: u32, shared_bytes: u32, stream: *mut c_void,
+        params: *mut *mut c_void, extra: *mut *mut c_void,
+    ) [cuLaunchKernel @ 7000 per_thread] => launch::launch_kernel::<true>;
+    cuda fn cuMemAddressFree(ptr: u64, size: usize)
+        [cuMemAddressFree @ 10020] => memory::vmm::mem_address_free;
+    cuda fn cuMemAllocAsync(dptr: *mut u64, bytes: usize, stream: *mut c_void)
+        [cuMemAllocAsync @ 11020] => memory::pool::mem_alloc_async;
+    cuda fn cuMemAllocAsync_ptsz(dptr: *mut u64, bytes: usize, stream: *mut c_void)
+        [cuMemAllocAsync @ 11020 per_thread] => memory::pool::mem_alloc_async;
+    cuda fn cuMemAllocFromPoolAsync(
+        dptr: *mut u64, bytes: usize, pool: *mut c_void, stream: *mut c_void,
+    ) [cuMemAllocFromPoolAsync @ 11020] => memory::pool::mem_alloc_from_pool_async;
+    cuda fn cuMemAllocFromPoolAsync_ptsz(
+        dptr: *mut u64, bytes: usize, pool: *mut c_void, stream: *mut c_void,
+    ) [cuMemAllocFromPoolAsync @ 11020 per_thread] => memory::pool::mem_alloc_from_pool_async;
+    cuda fn cuMemAllocManaged(dptr: *mut u64, bytes: usize, flags: u32)
+        [cuMemAllocManaged @ 6000] => memory::alloc::mem_alloc_managed;
+    cuda fn cuMemAllocPitch_v2(
+        dptr: *mut u64, pitch: *mut usize, width: usize, height: usize, elem: u32,
+    ) [cuMemAllocPitch @ 3020] => memory::alloc::mem_alloc_pitch;
+    cuda fn cuMemAlloc_v2(dptr: *mut u64, bytes: usize)
+        [cuMemAlloc @ 3020] => memory::alloc::mem_alloc;
+    cuda fn cuMemCreate(handle: *mut u64, size: usize, prop: *const c_void, flags: u64)
+        [cuMemCreate @ 10020] => memory::vmm::mem_create;
+    cuda fn cuMemFreeAsync(dptr: u64, stream: *mut c_void)
+        [cuMemFreeAsync @ 11020] => memory::pool::mem_free_async;
+    cuda fn cuMemFreeAsync_ptsz(dptr: u64, stream: *mut c_void)
+        [cuMemFreeAsync @ 11020 per_thread] => memory::pool::mem_free_async;
+    cuda fn cuMemFree_v2(dptr: u64)
+        [cuMemFree @ 3020] => memory::alloc::mem_free;
+    cuda fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize)
+        [cuMemGetInfo @ 3020] => memory::query::mem_get_info;
+    cuda fn cuMemMap(ptr: u64, size: usize, offset: usize, handle: u64, flags: u64)
+        [cuMemMap @ 10020] => memory::vmm::mem_map;
+    cuda fn cuMemRelease(handle: u64)
+        [cuMemRelease @ 10020] => memory::vmm::mem_release;
+    cuda fn cuMemRetainAllocationHandle(handle: *mut u64, addr: *mut c_void)
+        [cuMemRetainAllocationHandle @ 11000] => memory::vmm::mem_retain_allocation_handle;
+    cuda fn cuMemUnmap(ptr: u64, size: usize)
+        [cuMemUnmap @ 10020] => memory::vmm::mem_unmap;
+    cuda fn cuMipmappedArrayCreate(arr: *mut *mut c_void, desc: *const c_void, levels: u32)
+        [cuMipmappedArrayCreate @ 5000] => memory::array::mipmapped_array_create;
+    cuda fn cuMipmappedArrayDestroy(arr: *mut c_void)
+        [cuMipmappedArrayDestroy @ 5000] => memory::array::mipmapped_array_destroy;
+    cuda fn cuStreamSynchronize(stream: *mut c_void)
+        [cuStreamSynchronize @ 2000] => compute::sync::stream_synchronize;
+    cuda fn cuStreamSynchronize_ptsz(stream: *mut c_void)
+        [cuStreamSynchronize @ 7000 per_thread] => compute::sync::stream_synchronize;
+    nvml fn nvmlDeviceGetComputeRunningProcesses(
+        device: *mut c_void, count: *mut c_uint, infos: *mut c_void,
+    ) => visibility::running_processes::<16>;
+    nvml fn nvmlDeviceGetComputeRunningProcesses_v2(
+        device: *mut c_void, count: *mut c_uint, infos: *mut c_void,
+    ) => visibility::running_processes::<24>;
+    nvml fn nvmlDeviceGetComputeRunningProcesses_v3(
+        device: *mut c_void, count: *mut c_uint, infos: *mut c_void,
+    ) => visibility::running_processes::<24>;
+    nvml fn nvmlDeviceGetCount(count: *mut c_uint) => visibility::nvml_count;
+    nvml fn nvmlDeviceGetCount_v2(count: *mut c_uint) => visibility::nvml_count;
+    nvml fn nvmlDeviceGetGraphicsRunningProcesses(
+        device: *mut c_void, count: *mut c_uint, infos: *mut c_void,
+    ) => visibility::running_processes::<16>;
+    nvml fn nvmlDeviceGetGraphicsRunningProcesses_v2(
+        device: *mut c_void, count: *mut c_uint, infos: *mut c_void,
+    ) => visibility::running_processes::<24>;
+    nvml fn nvmlDeviceGetGraphicsRunningProcesses_v3(
+        device: *mut c_void, count: *mut c_uint, infos: *mut c_void,
+    ) => visibility::running_processes::<24>;
+    nvml fn nvmlDeviceGetHandleByIndex(index: c_uint, device: *mut *mut c_void)
+        => visibility::nvml_handle_by_index;
+    nvml fn nvmlDeviceGetHandleByIndex_v2(index: c_uint, device: *mut *mut c_void)
+        => visibility::nvml_handle_by_index;
+    nvml fn nvmlDeviceGetHandleByPciBusId(bus_id: *const c_char, device: *mut *mut c_void)
+        => visibility::nvml_handle_by_pci_bus_id;
+    nvml fn nvmlDeviceGetHandleByPciBusId_v2(bus_id: *const c_char, device: *mut *mut c_void)
+        => visibility::nvml_handle_by_pci_bus_id;
+    nvml fn nvmlDeviceGetHandleByUUID(uuid: *const c_char, device: *mut *mut c_void)
+        => visibility::nvml_handle_by_uuid;
+    nvml fn nvmlDeviceGetIndex(device: *mut c_void, index: *mut c_uint)
+        => visibility::nvml_index;
+    nvml fn nvmlDeviceGetMPSComputeRunningProcesses_v3(
+        device: *mut c_void, count: *mut c_uint, infos: *mut c_void,
+    ) => visibility::running_processes::<24>;
+    nvml fn nvmlDeviceGetMemoryInfo(device: *mut c_void, memory: *mut c_void)
+        => memory::nvml::memory_info;
+    nvml fn nvmlDeviceGetMemoryInfo_v2(device: *mut c_void, memory: *mut c_void)
+        => memory::nvml::memory_info_v2;
+} calls {
+    cuda fn cuCtxGetCurrent(ctx: *mut *mut c_void);
+    cuda fn cuCtxGetDevice(dev: *mut i32);
+    cuda fn cuCtxPopCurrent_v2(ctx: *mut *mut c_void);
+    cuda fn cuCtxPushCurrent_v2(ctx: *mut c_void);
+    cuda fn cuDevicePrimaryCtxGetState(dev: i32, flags: *mut u32, active: *mut i32);
+    cuda fn cuEventCreate(event: *mut *mut c_void, flags: u32);
+    cuda fn cuEventDestroy_v2(event: *mut c_void);
+    cuda fn cuEventElapsedTime(ms: *mut f32, start: *mut c_void, end: *mut c_void);
+    cuda fn cuEventQuery(event: *mut c_void);
+    cuda fn cuEventRecord(event: *mut c_void, stream: *mut c_void);
+    cuda fn cuStreamIsCapturing(stream: *mut c_void, status: *mut u32);
+    nvml fn nvmlInit_v2();
+} } };
 }
 pub(crate) use hook_table;

@@ -147,7 +147,7 @@ impl Reading {
 /// `nvmlProcessInfo_v2_t`: what NVML's `_v3` running-process query writes per process.
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
-pub(crate) struct ProcessInfo {
+struct ProcessInfo {
     pid: u32,
     used_gpu_memory: u64,
     gpu_instance_id: u32,
