@@ -25,8 +25,8 @@ macro_rules! declare_exports {
             pub unsafe extern "C" fn $name($($arg: $ty),*) -> u32 {
                 use $crate::hooks::real::$name as entry;
                 const CODES: (u32, u32) =
-                    $crate::hooks::failure_codes(declare_exports!(@lib $lib));
-                $crate::hooks::count(&entry::CALLS);
+                    $crate::hooks::hook::failure_codes(declare_exports!(@lib $lib));
+                $crate::hooks::counters::count(&entry::CALLS);
                 let Some(real) = entry::real() else {
                     return CODES.0;
                 };
@@ -40,19 +40,19 @@ macro_rules! declare_exports {
         )*
 
         /// Every hook, sorted by name.
-        pub(crate) static HOOKS: [$crate::hooks::Hook; [$(stringify!($name)),*].len()] = [$(
-            $crate::hooks::Hook {
+        pub(crate) static HOOKS: [$crate::hooks::hook::Hook; [$(stringify!($name)),*].len()] = [$(
+            $crate::hooks::hook::Hook {
                 name: stringify!($name),
                 lib: declare_exports!(@lib $lib),
                 proc_key: declare_exports!(@key $($key)*),
-                wrapper: $crate::hooks::Wrapper::new($name as *const ::std::ffi::c_void),
+                wrapper: $crate::hooks::hook::Wrapper::new($name as *const ::std::ffi::c_void),
                 real: &$crate::hooks::real::$name::REAL,
                 calls: &$crate::hooks::real::$name::CALLS,
             },
         )*];
 
         const _: () = assert!(
-            $crate::hooks::strictly_sorted(&[$(stringify!($name)),*]),
+            $crate::hooks::hook::strictly_sorted(&[$(stringify!($name)),*]),
             "the hook table must list each name once, in byte order"
         );
     };
@@ -60,10 +60,10 @@ macro_rules! declare_exports {
     (@lib nvml) => { $crate::driver::Lib::Nvml };
     (@key) => { None };
     (@key $base:ident $since:literal) => {
-        Some($crate::hooks::ProcKey { base: stringify!($base), since: $since, per_thread: false })
+        Some($crate::hooks::hook::ProcKey { base: stringify!($base), since: $since, per_thread: false })
     };
     (@key $base:ident $since:literal per_thread) => {
-        Some($crate::hooks::ProcKey { base: stringify!($base), since: $since, per_thread: true })
+        Some($crate::hooks::hook::ProcKey { base: stringify!($base), since: $since, per_thread: true })
     };
 }
 

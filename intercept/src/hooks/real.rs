@@ -5,7 +5,7 @@
 
 use super::table::hook_table;
 use crate::driver::Lib;
-use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
+use std::ffi::{c_void, CStr};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicPtr, Ordering};
 
@@ -14,8 +14,8 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 pub(crate) struct RealSlot {
     /// Null: not looked up yet; [`MISSING`]: looked up and absent; else the address.
     ptr: AtomicPtr<c_void>,
-    pub(in crate::hooks) lib: Lib,
-    pub(in crate::hooks) name: &'static CStr,
+    pub(super) lib: Lib,
+    pub(super) name: &'static CStr,
 }
 
 /// A looked-up, absent function. Never a code address.
@@ -82,8 +82,8 @@ macro_rules! declare_real {
     (@entry $lib:ident $name:ident ($($ty:ty),*) { $($extra:item)* }) => {
         #[allow(non_snake_case)]
         pub(crate) mod $name {
-            #[allow(unused_imports)]
-            use super::*;
+            #[allow(unused_imports)] // the types of the table's signatures
+            use ::std::ffi::{c_char, c_int, c_uint, c_void};
 
             /// The real function's C signature.
             pub(crate) type Real = unsafe extern "C" fn($($ty),*) -> u32;

@@ -2,7 +2,10 @@
 //! resolves, and `cuGetProcAddress` substitution agrees with the driver's own choice of
 //! revision for every base name, version and stream flavour.
 
+use super::hook::{strictly_sorted, Hook};
 use super::*;
+use crate::driver::Lib;
+use std::ffi::c_void;
 use std::ffi::{CStr, CString};
 use std::path::PathBuf;
 use std::process::Command;
