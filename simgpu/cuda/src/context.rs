@@ -72,12 +72,15 @@ pub(crate) enum Teardown {
 
 const TEARDOWN_STEPS: usize = Teardown::Memory as usize + 1;
 
+/// A part's teardown step: gives back what the part keeps for the context.
+pub(crate) type TeardownStep = fn(&Arc<Context>);
+
 /// The steps, by [`Teardown`] value; set once each, when the library is loaded.
-static STEPS: [OnceLock<fn(&Arc<Context>)>; TEARDOWN_STEPS] =
+static STEPS: [OnceLock<TeardownStep>; TEARDOWN_STEPS] =
     [const { OnceLock::new() }; TEARDOWN_STEPS];
 
 /// Makes `run` the step `step` of every context's teardown.
-pub(crate) fn register_teardown(step: Teardown, run: fn(&Arc<Context>)) {
+pub(crate) fn register_teardown(step: Teardown, run: TeardownStep) {
     if STEPS[step as usize].set(run).is_err() {
         debug_assert!(false, "two parts registered the teardown step {step:?}");
     }
