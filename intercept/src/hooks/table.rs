@@ -29,7 +29,7 @@
 /// nvml fn nvmlDeviceGetMemoryInfo(device: *mut c_void, memory: *mut c_void) => handler;
 /// ```
 ///
-/// A call-only entry: `cuda fn cuEventQuery(event: *mut c_void);`. Every function returns
+/// A call-only entry: `cuda call cuEventQuery(event: *mut c_void);`. Every function returns
 /// the library's 32-bit result code.
 macro_rules! hook_table {
     (@normal $expand:ident
@@ -38,7 +38,7 @@ macro_rules! hook_table {
             $( [ $base:ident @ $since:literal $($flavour:ident)? ] )?
             => $handler:path;
         )*}
-        calls {$( $clib:ident fn $cname:ident ( $($carg:ident : $cty:ty),* $(,)? ); )*}
+        calls {$( $clib:ident call $cname:ident ( $($carg:ident : $cty:ty),* $(,)? ); )*}
     ) => {
         $expand! {
             $( hook $lib $name ($($arg: $ty),*) [$($base $since $($flavour)?)?] => $handler; )*
@@ -203,18 +203,18 @@ macro_rules! hook_table {
     nvml fn nvmlDeviceGetMemoryInfo_v2(device: *mut c_void, memory: *mut c_void)
         => memory::nvml::memory_info_v2;
 } calls {
-    cuda fn cuCtxGetCurrent(ctx: *mut *mut c_void);
-    cuda fn cuCtxGetDevice(dev: *mut i32);
-    cuda fn cuCtxPopCurrent_v2(ctx: *mut *mut c_void);
-    cuda fn cuCtxPushCurrent_v2(ctx: *mut c_void);
-    cuda fn cuDevicePrimaryCtxGetState(dev: i32, flags: *mut u32, active: *mut i32);
-    cuda fn cuEventCreate(event: *mut *mut c_void, flags: u32);
-    cuda fn cuEventDestroy_v2(event: *mut c_void);
-    cuda fn cuEventElapsedTime(ms: *mut f32, start: *mut c_void, end: *mut c_void);
-    cuda fn cuEventQuery(event: *mut c_void);
-    cuda fn cuEventRecord(event: *mut c_void, stream: *mut c_void);
-    cuda fn cuStreamIsCapturing(stream: *mut c_void, status: *mut u32);
-    nvml fn nvmlInit_v2();
+    cuda call cuCtxGetCurrent(ctx: *mut *mut c_void);
+    cuda call cuCtxGetDevice(dev: *mut i32);
+    cuda call cuCtxPopCurrent_v2(ctx: *mut *mut c_void);
+    cuda call cuCtxPushCurrent_v2(ctx: *mut c_void);
+    cuda call cuDevicePrimaryCtxGetState(dev: i32, flags: *mut u32, active: *mut i32);
+    cuda call cuEventCreate(event: *mut *mut c_void, flags: u32);
+    cuda call cuEventDestroy_v2(event: *mut c_void);
+    cuda call cuEventElapsedTime(ms: *mut f32, start: *mut c_void, end: *mut c_void);
+    cuda call cuEventQuery(event: *mut c_void);
+    cuda call cuEventRecord(event: *mut c_void, stream: *mut c_void);
+    cuda call cuStreamIsCapturing(stream: *mut c_void, status: *mut u32);
+    nvml call nvmlInit_v2();
 } } };
 }
 pub(crate) use hook_table;
