@@ -7,7 +7,6 @@
 mod local_share;
 
 use crate::fork_lock::{self, ForkLock};
-use crate::memory::registry::Registry;
 use std::ffi::OsStr;
 use std::os::fd::AsRawFd;
 use std::path::Path;
@@ -25,8 +24,6 @@ pub(crate) type MemoryCaps = [Option<u64>; MAX_DEVICES];
 /// The container state of this process.
 pub(crate) struct Container {
     region: &'static Region,
-    /// What this process has allocated and not yet freed, for the frees.
-    pub(crate) registry: Registry,
 }
 
 static REGION: OnceLock<Region> = OnceLock::new();
@@ -56,10 +53,7 @@ fn init() -> Option<Container> {
     let region = open_region(&caps)?;
     let region = REGION.get_or_init(|| region);
     local_share::apply(region);
-    Some(Container {
-        region,
-        registry: Registry::new(),
-    })
+    Some(Container { region })
 }
 
 /// The region named by the environment or, without one, a private region with the

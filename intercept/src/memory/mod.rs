@@ -20,8 +20,11 @@ pub(crate) mod vmm;
 use crate::container::{self, Container, Reservation};
 use crate::fork_lock;
 use crate::hooks::real;
-use registry::{Allocation, Key};
+use registry::{Allocation, Key, Registry};
 use std::ffi::c_void;
+
+/// What this process has allocated and not yet freed, for the frees.
+static REGISTRY: Registry = Registry::new();
 
 /// `CUDA_SUCCESS`.
 pub(crate) const SUCCESS: u32 = 0;
@@ -105,7 +108,7 @@ pub(crate) fn record(
         context,
         generation: fork_lock::generation(),
     };
-    if let Some(stale) = c.registry.insert(key, allocation) {
+    if let Some(stale) = REGISTRY.insert(key, allocation) {
         // The driver handed out the same pointer or handle again, so the old one was freed
         // where we could not see it.
         c.release(stale.device, stale.bytes, stale.generation);
@@ -129,12 +132,12 @@ pub(crate) fn forget_then(
     let Some(c) = container::get() else {
         return free();
     };
-    let known = c.registry.remove(key);
+    let known = REGISTRY.remove(key);
     let rc = free();
     if let Some(a) = known {
         if rc == SUCCESS {
             give_back(c, a);
-        } else if c.registry.insert(key, a).is_some() {
+        } else if REGISTRY.insert(key, a).is_some() {
             // Cannot happen: the key was not freed, so nobody else could have it.
             crate::tlog!(warn, "allocation {key:?} recorded twice");
         }
@@ -150,7 +153,7 @@ pub(crate) fn forget_context(context: usize) {
         return;
     }
     let Some(c) = container::get() else { return };
-    for (_, a) in c.registry.remove_where(|_, a| a.context == context) {
+    for (_, a) in REGISTRY.remove_where(|_, a| a.context == context) {
         c.release(a.device, a.bytes, a.generation);
     }
     pool::forget_context(c, context);

@@ -82,9 +82,10 @@ pub(crate) struct Registry {
 }
 
 impl Registry {
-    pub(crate) fn new() -> Registry {
+    pub(crate) const fn new() -> Registry {
         Registry {
-            shards: std::array::from_fn(|_| ForkLock::new(Shard::default())),
+            shards: [const { ForkLock::new(Shard::with_hasher(BuildHasherDefault::new())) };
+                SHARDS],
         }
     }
 
