@@ -259,6 +259,46 @@ mod tests {
     }
 
     #[test]
+    fn a_fork_child_takes_a_lock_a_parent_thread_held() {
+        static LOCK: ForkLock<Vec<u32>> = ForkLock::new(Vec::new());
+        LOCK.lock().push(1);
+        let (held_tx, held_rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        std::thread::scope(|s| {
+            s.spawn(move || {
+                let guard = LOCK.lock();
+                held_tx.send(()).unwrap();
+                // Held until the parent has forked and the child has exited.
+                done_rx.recv().unwrap();
+                drop(guard);
+            });
+            held_rx.recv().unwrap();
+            // SAFETY: the child runs only what follows, allocation-free, then _exit.
+            let pid = unsafe { libc::fork() };
+            assert!(pid >= 0, "fork failed");
+            if pid == 0 {
+                // The child: a hang here is a SIGALRM, which the parent sees as a failure.
+                // SAFETY: alarm and _exit are async-signal-safe.
+                unsafe { libc::alarm(10) };
+                after_fork_in_child();
+                let fresh = LOCK.lock().is_empty();
+                // SAFETY: as above.
+                unsafe { libc::_exit(if fresh { 0 } else { 3 }) };
+            }
+            let mut status = 0;
+            // SAFETY: waits for the child just forked; writes its status to our local.
+            let waited = unsafe { libc::waitpid(pid, &mut status, 0) };
+            done_tx.send(()).unwrap();
+            assert_eq!(waited, pid);
+            assert!(
+                libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+                "the child did not take the lock with a fresh value (status {status:#x})"
+            );
+        });
+        assert_eq!(*LOCK.lock(), vec![1], "the parent's value is the parent's");
+    }
+
+    #[test]
     fn a_lock_held_in_this_generation_is_not_taken_over() {
         let lock = ForkLock::new(1u32);
         let guard = lock.lock();
