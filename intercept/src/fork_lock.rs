@@ -113,8 +113,8 @@ impl<T: Default> ForkLock<T> {
                 // Held by a thread of an ancestor process, which this process does not have:
                 // no one will ever leave it. Threads of this process that sleep on it are
                 // woken by whoever takes it over, when it leaves.
-                // Acquire: as in `lock`, for the changes of a thread of this process that
-                // took it over first and has left it since.
+                // Acquire: as in `lock`; nothing of the value is read, but on this path,
+                // taken once per lock and fork, the order costs nothing.
                 if self
                     .word
                     .compare_exchange(seen, mine | SLEEPERS, Ordering::Acquire, Ordering::Relaxed)
