@@ -14,8 +14,6 @@ use std::time::Duration;
 
 /// The state dir when neither `--state-dir`, `TESSERA_STATE_DIR` nor the config says.
 pub const DEFAULT_STATE_DIR: &str = "/run/tessera";
-/// The environment variable naming the state dir.
-pub const STATE_DIR_ENV: &str = "TESSERA_STATE_DIR";
 /// The control socket's file name in the state dir.
 pub const SOCKET_NAME: &str = "control.sock";
 /// How often the watchdog looks when `enforce = "kill"` (it otherwise looks at each status).
@@ -136,7 +134,7 @@ fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
 pub fn state_dir(flag: Option<&Path>, config: Option<&Config>) -> PathBuf {
     flag.map(Path::to_path_buf)
         .or_else(|| {
-            std::env::var_os(STATE_DIR_ENV)
+            std::env::var_os(tessera_region::env::STATE_DIR)
                 .filter(|v| !v.is_empty())
                 .map(PathBuf::from)
         })
@@ -178,9 +176,9 @@ impl Daemon {
         let (mut state, found) = State::open(&dir)?;
         for line in found {
             if line.starts_with("adopted") {
-                crate::log::info(&line);
+                tracing::info!("{line}");
             } else {
-                crate::log::error(&line);
+                tracing::error!("{line}");
             }
         }
         // The watchdog's NVML knows the node's GPUs: declarations are checked against them.
@@ -190,11 +188,11 @@ impl Daemon {
         }
         let applied = state.apply_config(&config.containers, &[]);
         for line in applied.log {
-            crate::log::info(&line);
+            tracing::info!("{line}");
         }
         let mut config = config;
         for (name, line) in applied.refused {
-            crate::log::error(&format!("{REFUSED}: {line}"));
+            tracing::error!("{REFUSED}: {line}");
             state.note(format!("{REFUSED}: {line}"));
             // Not in force, so that the next reload tries it again.
             config.containers.retain(|c| c.name.as_str() != name);
@@ -206,9 +204,7 @@ impl Daemon {
         let board = match tessera_region::Board::create(&board_path) {
             Ok(board) => Some(board),
             Err(e) => {
-                crate::log::error(&format!(
-                    "{e}; online work stops offline work through controld alone"
-                ));
+                tracing::error!("{e}; online work stops offline work through controld alone");
                 None
             }
         };
@@ -267,22 +263,19 @@ impl Daemon {
                 let server =
                     crate::metrics::MetricsServer::spawn(addr, Arc::new(move || c.node_status()))
                         .map_err(|e| DaemonError::Metrics(e.to_string()))?;
-                crate::log::info(&format!(
-                    "metrics on http://{}/metrics",
-                    server.local_addr()
-                ));
+                tracing::info!("metrics on http://{}/metrics", server.local_addr());
                 Some(server)
             }
             None => None,
         };
-        crate::log::info(&format!(
+        tracing::info!(
             "controld running: state dir {}, socket {}, config {}",
             dir.display(),
             socket.display(),
             config_path
                 .as_deref()
                 .map_or("(none)".to_string(), |p| p.display().to_string())
-        ));
+        );
         Ok(Daemon {
             core,
             config_path,
@@ -331,7 +324,7 @@ impl Daemon {
             }
         };
         if new.daemon != config.daemon {
-            crate::log::warn("[daemon] settings changed; they take effect when controld restarts");
+            tracing::warn!("[daemon] settings changed; they take effect when controld restarts");
         }
         let applied = self.core.with_state(|s| {
             s.forget(FAILED);
@@ -343,7 +336,7 @@ impl Daemon {
             applied
         });
         for line in applied.log {
-            crate::log::info(&line);
+            tracing::info!("{line}");
         }
         // What is in force: a refused declaration is not, so the next reload tries it again.
         let mut in_force = new;
@@ -390,19 +383,20 @@ impl Daemon {
 
 /// `controld run`: starts the daemon and serves signals until SIGTERM or SIGINT.
 pub fn run(options: &Options) -> Result<(), DaemonError> {
+    crate::logging::init("controld", tessera_region::env::LogLevel::Info);
     let signals = Signals::block().map_err(DaemonError::Setup)?;
     let daemon = Daemon::start(options)?;
     loop {
         match signals.wait() {
             libc::SIGHUP => match daemon.reload() {
-                Ok(()) => crate::log::info("config reloaded"),
-                Err(ReloadError::Config(e)) => crate::log::error(&format!(
-                    "config reload failed, the previous config stays in force: {e}"
-                )),
-                Err(e @ ReloadError::Refused(_)) => crate::log::error(&e.to_string()),
+                Ok(()) => tracing::info!("config reloaded"),
+                Err(ReloadError::Config(e)) => {
+                    tracing::error!("config reload failed, the previous config stays in force: {e}")
+                }
+                Err(e @ ReloadError::Refused(_)) => tracing::error!("{e}"),
             },
             libc::SIGTERM | libc::SIGINT => {
-                crate::log::info("stopping; regions stay in place, applications keep their limits");
+                tracing::info!("stopping; regions stay in place, applications keep their limits");
                 daemon.stop();
                 return Ok(());
             }

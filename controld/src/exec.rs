@@ -11,10 +11,6 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 
-/// The environment variable that names the preload library, when it is not next to the
-/// `controld` binary.
-pub const PRELOAD_ENV: &str = "TESSERA_PRELOAD";
-
 /// The signals passed on to the command.
 const FORWARDED: [libc::c_int; 6] = [
     libc::SIGHUP,
@@ -49,7 +45,7 @@ pub enum ExecError {
 
 /// The preload library: `TESSERA_PRELOAD`, else `libtessera.so` beside this binary.
 pub fn preload_library() -> Result<PathBuf, ExecError> {
-    let path = match std::env::var_os(PRELOAD_ENV).filter(|v| !v.is_empty()) {
+    let path = match std::env::var_os(tessera_region::env::PRELOAD).filter(|v| !v.is_empty()) {
         Some(p) => PathBuf::from(p),
         None => std::env::current_exe()
             .ok()
@@ -87,14 +83,17 @@ pub fn exec(socket: &Path, spec: ContainerSpec, command: &[OsString]) -> Result<
         preloads.push(old);
     }
     cmd.env("LD_PRELOAD", preloads)
-        .env("TESSERA_REGION", &info.region);
+        .env(tessera_region::env::REGION, &info.region);
     // The caps again, for the library's fallback should it ever have to create the region
     // itself: a missing region must never mean "unlimited".
-    cmd.env("TESSERA_MEMORY_LIMIT", "0");
+    cmd.env(tessera_region::env::MEMORY_LIMIT, "0");
     for (dev, cap) in caps.iter().enumerate() {
         match cap {
-            Some(bytes) => cmd.env(format!("TESSERA_MEMORY_LIMIT_{dev}"), bytes.to_string()),
-            None => cmd.env_remove(format!("TESSERA_MEMORY_LIMIT_{dev}")),
+            Some(bytes) => cmd.env(
+                format!("{}{dev}", tessera_region::env::MEMORY_LIMIT_DEVICE),
+                bytes.to_string(),
+            ),
+            None => cmd.env_remove(format!("{}{dev}", tessera_region::env::MEMORY_LIMIT_DEVICE)),
         };
     }
     // The command starts with the mask this process started with, not the forwarding mask

@@ -13,7 +13,7 @@ pub mod daemon;
 pub mod demo;
 pub mod dir_lock;
 pub mod exec;
-pub mod log;
+pub mod logging;
 pub mod metrics;
 pub mod policy;
 pub mod reaper;

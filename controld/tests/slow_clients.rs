@@ -113,7 +113,10 @@ fn slow_clients_hold_up_neither_metrics_nor_status() {
     let mut rest = Vec::new();
     let closed = silent.read_to_end(&mut rest);
     assert!(
-        closed.is_ok() || closed.as_ref().is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionReset),
+        closed.is_ok()
+            || closed
+                .as_ref()
+                .is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionReset),
         "a silent connection stayed open: {closed:?}"
     );
     // The CLI too, with its own patience.

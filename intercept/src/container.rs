@@ -82,22 +82,28 @@ fn open_region(caps: &MemoryCaps) -> Option<Region> {
                 return Some(region);
             }
             Err(e) => match crate::env::var(crate::env::REGION_FALLBACK).as_deref() {
-                Some("env") => crate::tlog!(
+                Some(crate::env::REGION_FALLBACK_ENV) => crate::tlog!(
                     error,
-                    "{e}; this process uses the memory limits of its environment ({}=env)",
-                    crate::env::REGION_FALLBACK
+                    "{e}; this process uses the memory limits of its environment ({}={})",
+                    crate::env::REGION_FALLBACK,
+                    crate::env::REGION_FALLBACK_ENV
                 ),
                 other => {
                     let odd = match other {
                         Some(v) if !v.is_empty() => {
-                            format!(" ({}={v:?} is not `env`)", crate::env::REGION_FALLBACK)
+                            format!(
+                                " ({}={v:?} is not `{}`)",
+                                crate::env::REGION_FALLBACK,
+                                crate::env::REGION_FALLBACK_ENV
+                            )
                         }
                         _ => String::new(),
                     };
                     crate::tlog!(
                         error,
-                        "{e}; every allocation of this process fails with out-of-memory{odd}; set {}=env to use the memory limits of its environment instead",
-                        crate::env::REGION_FALLBACK
+                        "{e}; every allocation of this process fails with out-of-memory{odd}; set {}={} to use the memory limits of its environment instead",
+                        crate::env::REGION_FALLBACK,
+                        crate::env::REGION_FALLBACK_ENV
                     );
                     caps = [Some(0); MAX_DEVICES];
                 }
@@ -204,10 +210,7 @@ pub(crate) fn caps_from_env<V: AsRef<OsStr>>(
     let mut caps = [parse(crate::env::MEMORY_LIMIT, &mut problems); MAX_DEVICES];
     names.sort();
     for name in &names {
-        let Some(index) = name
-            .strip_prefix(crate::env::MEMORY_LIMIT)
-            .and_then(|rest| rest.strip_prefix('_'))
-        else {
+        let Some(index) = name.strip_prefix(crate::env::MEMORY_LIMIT_DEVICE) else {
             continue;
         };
         match index.parse::<usize>() {
@@ -215,8 +218,8 @@ pub(crate) fn caps_from_env<V: AsRef<OsStr>>(
                 caps[i] = parse(name, &mut problems)
             }
             _ => problems.push(format!(
-                "{name} names no device (use {limit}_0 to {limit}_{last}); it is ignored",
-                limit = crate::env::MEMORY_LIMIT,
+                "{name} names no device (use {limit}0 to {limit}{last}); it is ignored",
+                limit = crate::env::MEMORY_LIMIT_DEVICE,
                 last = MAX_DEVICES - 1
             )),
         }

@@ -25,6 +25,7 @@
 
 pub mod board;
 pub mod compute;
+pub mod env;
 mod error;
 pub mod fault;
 mod file;

@@ -85,12 +85,9 @@ pub fn run(options: &Options) -> Result<i32, DemoError> {
     // Blocked first, so that every thread started later inherits the mask and a signal
     // reaches only the wait below; restored last, once everything is cleaned up.
     let signals = signals::Signals::block().map_err(|e| DemoError::Setup(e.to_string()))?;
-    // The daemon's routine lines would only interrupt the view; warnings still show. Set
-    // while this process has no other thread, so nothing reads the environment meanwhile.
-    let user_log = std::env::var_os("TESSERA_LOG");
-    if user_log.is_none() {
-        std::env::set_var("TESSERA_LOG", "warn");
-    }
+    // The daemon's routine lines would only interrupt the view; warnings still show.
+    crate::logging::init("controld", tessera_region::env::LogLevel::Warn);
+    let user_log = std::env::var_os(tessera_region::env::LOG);
     let backend = Backend::detect(options.force_simgpu);
     let programs = backend::Programs::find(&backend)?;
     let workdir = Workdir::create()?;

@@ -407,6 +407,9 @@ mod tests {
                 "tessera_node_problems 0"
             ]
         );
-        assert_eq!(text.lines().filter(|l| l.starts_with("# HELP ")).count(), 20);
+        assert_eq!(
+            text.lines().filter(|l| l.starts_with("# HELP ")).count(),
+            20
+        );
     }
 }

@@ -147,9 +147,8 @@ async fn serve(
                 // Scrapers do not care, but people reading a reply with `curl -i` and the
                 // tests that look for `Content-Type` do.
                 .title_case_headers(true);
-            let service = hyper::service::service_fn(move |request| {
-                answer(request, Arc::clone(&source))
-            });
+            let service =
+                hyper::service::service_fn(move |request| answer(request, Arc::clone(&source)));
             let exchange = http.serve_connection(TokioIo::new(stream), service);
             // A client that misbehaves only loses its own answer.
             let _ = tokio::time::timeout(EXCHANGE_DEADLINE, exchange).await;

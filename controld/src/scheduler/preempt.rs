@@ -119,10 +119,8 @@ pub(super) fn run(shared: &Shared) {
             continue;
         }
         if futex::wait_any(&watches, MAX_SLEEP) == Waited::Unsupported {
-            crate::log::warn(&format!(
-                "futex_waitv is not available; online work preempts offline work by polling every {} µs",
-                POLL.as_micros()
-            ));
+            tracing::warn!("futex_waitv is not available; online work preempts offline work by polling every {} µs",
+                POLL.as_micros());
             polling = true;
         }
     }
@@ -147,10 +145,10 @@ fn raise_priority() {
     // thread); it reads and writes no memory of ours.
     let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, NICE) };
     if rc != 0 {
-        crate::log::info(&format!(
+        tracing::info!(
             "the preemption thread keeps its priority (nice {NICE} refused: {})",
             std::io::Error::last_os_error()
-        ));
+        );
     }
 }
 
