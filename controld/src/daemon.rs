@@ -4,8 +4,10 @@
 //! stop it, leaving every region — and so every running application's limits — in place.
 
 use crate::config::{Config, ConfigError, DEFAULT_PATH};
+use crate::signals::BlockedSignals;
 use crate::state::{State, StateError};
 use crate::status::NodeStatus;
+use nix::sys::signal::Signal;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
@@ -384,7 +386,10 @@ impl Daemon {
 /// `controld run`: starts the daemon and serves signals until SIGTERM or SIGINT.
 pub fn run(options: &Options) -> Result<(), DaemonError> {
     crate::logging::init("controld", tessera_region::env::LogLevel::Info);
-    let signals = Signals::block().map_err(DaemonError::Setup)?;
+    // SIGHUP, SIGTERM and SIGINT, blocked before any thread starts, so that every thread
+    // inherits the mask, and taken here.
+    let signals = BlockedSignals::block(&[Signal::SIGHUP, Signal::SIGTERM, Signal::SIGINT])
+        .map_err(DaemonError::Setup)?;
     let daemon = Daemon::start(options)?;
     loop {
         match signals.wait() {
@@ -401,43 +406,6 @@ pub fn run(options: &Options) -> Result<(), DaemonError> {
                 return Ok(());
             }
             _ => {}
-        }
-    }
-}
-
-/// SIGHUP, SIGTERM and SIGINT, blocked in every thread and taken with `sigwait` by the main
-/// thread (blocked before any thread starts, so that every thread inherits the mask).
-struct Signals {
-    set: libc::sigset_t,
-}
-
-impl Signals {
-    fn block() -> std::io::Result<Signals> {
-        // SAFETY: sigset_t is plain data that sigemptyset initialises; the calls only touch
-        // this set and this thread's mask, and their results are checked.
-        unsafe {
-            let mut set: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut set);
-            for sig in [libc::SIGHUP, libc::SIGTERM, libc::SIGINT] {
-                libc::sigaddset(&mut set, sig);
-            }
-            let rc = libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-            if rc != 0 {
-                return Err(std::io::Error::from_raw_os_error(rc));
-            }
-            Ok(Signals { set })
-        }
-    }
-
-    /// The next signal of the set.
-    fn wait(&self) -> libc::c_int {
-        loop {
-            let mut sig: libc::c_int = 0;
-            // SAFETY: `set` was initialised in `block`; sigwait writes one int.
-            let rc = unsafe { libc::sigwait(&self.set, &mut sig) };
-            if rc == 0 {
-                return sig;
-            }
         }
     }
 }

@@ -18,6 +18,7 @@ pub mod metrics;
 pub mod policy;
 pub mod reaper;
 pub mod scheduler;
+pub mod signals;
 pub mod spec;
 pub mod state;
 pub mod status;

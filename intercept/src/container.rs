@@ -6,12 +6,13 @@
 
 use crate::memory::registry::Registry;
 use std::ffi::OsStr;
-use std::os::fd::AsRawFd;
+use std::os::fd::AsFd;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 use tessera_region::layout::MEASURE_LOCK;
+use tessera_region::liveness;
 use tessera_region::{
     units, Board, OverCap, ProcessSlot, Region, RegionInit, BOARD_FILE, MAX_DEVICES,
 };
@@ -377,9 +378,9 @@ impl Container {
             .ok()?;
         let deadline = Instant::now() + MEASURE_LOCK_PATIENCE;
         loop {
-            match set_lock(&file, libc::F_WRLCK) {
-                Ok(()) => return Some(MeasureLock { file }),
-                Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN | libc::EACCES)) => {}
+            match liveness::try_lock(file.as_fd(), MEASURE_LOCK) {
+                Ok(true) => return Some(MeasureLock { file }),
+                Ok(false) => {}
                 Err(e) => {
                     crate::tlog!(debug, "cannot lock the region for a measurement: {e}");
                     return None;
@@ -407,25 +408,7 @@ impl Drop for MeasureLock {
     fn drop(&mut self) {
         // Unlocked explicitly, not only by closing: a child forked meanwhile shares the
         // open file description and would otherwise keep the lock alive.
-        let _ = set_lock(&self.file, libc::F_UNLCK);
-    }
-}
-
-/// Sets (or clears) the OFD lock on [`MEASURE_LOCK_BYTE`] through `file`, without waiting.
-fn set_lock(file: &std::fs::File, kind: libc::c_int) -> std::io::Result<()> {
-    // SAFETY: flock is a plain C struct for which all-zero bytes are valid; OFD locks
-    // require l_pid to be 0.
-    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
-    fl.l_type = kind as libc::c_short;
-    fl.l_whence = libc::SEEK_SET as libc::c_short;
-    fl.l_start = MEASURE_LOCK;
-    fl.l_len = 1;
-    // SAFETY: the file is open for the borrow; fcntl only reads fl.
-    let rc = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_SETLK, &fl) };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
+        liveness::unlock(self.file.as_fd(), MEASURE_LOCK);
     }
 }
 

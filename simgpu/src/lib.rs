@@ -11,7 +11,6 @@ pub mod clock;
 pub mod config;
 pub mod device;
 pub mod engine;
-mod futex;
 pub mod node;
 /// Sizes as every Tessera tool reads and writes them (`16GiB`), from the region crate.
 pub use tessera_region::units;

@@ -10,13 +10,13 @@
 //! of this process's own that is waited on too. Where `futex_waitv` is missing (Linux
 //! before 5.16, or forbidden) the thread polls every [`POLL`].
 
-use super::futex::{self, Waited, Watch};
 use super::gpu::{block, has_work, unblock};
 use super::{Member, Shared};
 use crate::policy::Priority;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
+use tessera_region::futex::{self, Sharing, Waited, Watch};
 use tessera_region::MAX_DEVICES;
 
 /// The polling period without `futex_waitv`.
@@ -104,7 +104,7 @@ pub(super) fn run(shared: &Shared) {
         let mut watches = vec![Watch {
             word: &shared.roster.rearm,
             expected: rearm_seen,
-            private: true,
+            sharing: Sharing::Private,
         }];
         let words = gpus
             .iter()
@@ -112,7 +112,7 @@ pub(super) fn run(shared: &Shared) {
         watches.extend(words.zip(&seen).map(|(word, &expected)| Watch {
             word,
             expected,
-            private: false,
+            sharing: Sharing::Shared,
         }));
         if polling || watches.len() > futex::MAX_WORDS {
             std::thread::sleep(POLL);
