@@ -1,7 +1,9 @@
 //! The reaper: a thread that frees the process slots of dead processes in every region, so
 //! that a killed process's memory goes back to its container within a second even when no
-//! other process of the container allocates. It also, once a second, checks every region's
-//! header (quarantining a spoiled one) and removes retired containers that have emptied.
+//! other process of the container allocates. At every pass it holds the regions to the
+//! daemon's record (caps and usage a container's processes wrote are put back), and once a
+//! second it checks every region's header (quarantining a spoiled one) and removes retired
+//! containers that have emptied.
 
 use crate::daemon::Core;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -31,6 +33,9 @@ pub fn spawn(core: Arc<Core>, stop: Arc<AtomicBool>) -> std::io::Result<JoinHand
                     if freed > 0 {
                         tracing::debug!("reaped {freed} dead process(es) of {}", region.name());
                     }
+                }
+                for line in core.with_state(|s| s.guard_regions()) {
+                    tracing::warn!("{line}");
                 }
                 if last_housekeeping.elapsed() >= HOUSEKEEPING {
                     last_housekeeping = Instant::now();

@@ -173,7 +173,7 @@ impl Region {
             // figure is taken first: if this process dies in between, the container keeps
             // the bytes counted (a leak) rather than counting them back twice.
             let bytes = held.swap(0, Ordering::Relaxed);
-            MemoryCap(account).release(bytes);
+            MemoryCap(account, None).release(bytes);
         }
         // Release: pairs with the Acquire load of the next claimer or reaper of the slot:
         // the counters are zero before the slot is seen free.
@@ -229,7 +229,7 @@ impl ProcessSlot {
         let Some(account) = self.region.account(dev) else {
             return Err(OverCap { cap: 0, used: 0 });
         };
-        let cap = MemoryCap(account);
+        let cap = self.region.memory(account, dev);
         if !self.current() {
             return Err(OverCap {
                 cap: cap.cap().unwrap_or(u64::MAX),
@@ -256,7 +256,7 @@ impl ProcessSlot {
         }
         let taken = take_at_most(&self.entry().memory[dev], bytes);
         if let Some(account) = self.region.account(dev) {
-            MemoryCap(account).release(taken);
+            MemoryCap(account, None).release(taken);
         }
     }
 

@@ -3,8 +3,9 @@
 //! the two never conflict.
 //!
 //! A share of a card (a core request below 100) gets:
-//! - `TESSERA_REGION` naming its region, and the region mounted there. The region's file is
-//!   named from the core IDs ([`container_name`]) and made by controld at PreStart.
+//! - `TESSERA_REGION` naming its region, and the region mounted there, with its limits file
+//!   beside it read-only. The region's file is named from the core IDs ([`container_name`])
+//!   and made by controld at PreStart.
 //! - the node's priority board beside it, through a link the plugin makes at PreStart:
 //!   writable for online containers; offline ones get an empty file in its place, so their
 //!   library leaves the board alone and controld stops them for online work.
@@ -166,6 +167,15 @@ pub fn edits(
             &config.state_dir.join(format!("{name}.region")),
             &region_in_container,
             false,
+        ),
+        // Read-only: the caps the container's processes cannot raise (made by controld at
+        // PreStart with the region).
+        mount(
+            &tessera_region::limits_path(&config.state_dir.join(format!("{name}.region"))),
+            &tessera_region::limits_path(Path::new(&region_in_container))
+                .display()
+                .to_string(),
+            true,
         ),
         mount(
             &board_link(config, &name),
