@@ -8,12 +8,13 @@ mod local_share;
 
 use crate::fork_lock::{self, ForkLock};
 use std::ffi::OsStr;
-use std::os::fd::AsRawFd;
+use std::os::fd::AsFd;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 use tessera_region::layout::MEASURE_LOCK;
+use tessera_region::liveness;
 use tessera_region::{
     units, Board, OverCap, ProcessSlot, Region, RegionInit, BOARD_FILE, MAX_DEVICES,
 };
@@ -75,22 +76,28 @@ fn open_region(caps: &MemoryCaps) -> Option<Region> {
                 return Some(region);
             }
             Err(e) => match crate::env::var(crate::env::REGION_FALLBACK).as_deref() {
-                Some("env") => crate::tlog!(
+                Some(crate::env::REGION_FALLBACK_ENV) => crate::tlog!(
                     error,
-                    "{e}; this process uses the memory limits of its environment ({}=env)",
-                    crate::env::REGION_FALLBACK
+                    "{e}; this process uses the memory limits of its environment ({}={})",
+                    crate::env::REGION_FALLBACK,
+                    crate::env::REGION_FALLBACK_ENV
                 ),
                 other => {
                     let odd = match other {
                         Some(v) if !v.is_empty() => {
-                            format!(" ({}={v:?} is not `env`)", crate::env::REGION_FALLBACK)
+                            format!(
+                                " ({}={v:?} is not `{}`)",
+                                crate::env::REGION_FALLBACK,
+                                crate::env::REGION_FALLBACK_ENV
+                            )
                         }
                         _ => String::new(),
                     };
                     crate::tlog!(
                         error,
-                        "{e}; every allocation of this process fails with out-of-memory{odd}; set {}=env to use the memory limits of its environment instead",
-                        crate::env::REGION_FALLBACK
+                        "{e}; every allocation of this process fails with out-of-memory{odd}; set {}={} to use the memory limits of its environment instead",
+                        crate::env::REGION_FALLBACK,
+                        crate::env::REGION_FALLBACK_ENV
                     );
                     caps = [Some(0); MAX_DEVICES];
                 }
@@ -197,10 +204,7 @@ pub(crate) fn caps_from_env<V: AsRef<OsStr>>(
     let mut caps = [parse(crate::env::MEMORY_LIMIT, &mut problems); MAX_DEVICES];
     names.sort();
     for name in &names {
-        let Some(index) = name
-            .strip_prefix(crate::env::MEMORY_LIMIT)
-            .and_then(|rest| rest.strip_prefix('_'))
-        else {
+        let Some(index) = name.strip_prefix(crate::env::MEMORY_LIMIT_DEVICE) else {
             continue;
         };
         match index.parse::<usize>() {
@@ -208,8 +212,8 @@ pub(crate) fn caps_from_env<V: AsRef<OsStr>>(
                 caps[i] = parse(name, &mut problems)
             }
             _ => problems.push(format!(
-                "{name} names no device (use {limit}_0 to {limit}_{last}); it is ignored",
-                limit = crate::env::MEMORY_LIMIT,
+                "{name} names no device (use {limit}0 to {limit}{last}); it is ignored",
+                limit = crate::env::MEMORY_LIMIT_DEVICE,
                 last = MAX_DEVICES - 1
             )),
         }
@@ -360,9 +364,9 @@ impl Container {
             .ok()?;
         let deadline = Instant::now() + MEASURE_LOCK_PATIENCE;
         loop {
-            match set_lock(&file, libc::F_WRLCK) {
-                Ok(()) => return Some(MeasureLock { file }),
-                Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN | libc::EACCES)) => {}
+            match liveness::try_lock(file.as_fd(), MEASURE_LOCK) {
+                Ok(true) => return Some(MeasureLock { file }),
+                Ok(false) => {}
                 Err(e) => {
                     crate::tlog!(debug, "cannot lock the region for a measurement: {e}");
                     return None;
@@ -390,25 +394,7 @@ impl Drop for MeasureLock {
     fn drop(&mut self) {
         // Unlocked explicitly, not only by closing: a child forked meanwhile shares the
         // open file description and would otherwise keep the lock alive.
-        let _ = set_lock(&self.file, libc::F_UNLCK);
-    }
-}
-
-/// Sets (or clears) the OFD lock on [`MEASURE_LOCK_BYTE`] through `file`, without waiting.
-fn set_lock(file: &std::fs::File, kind: libc::c_int) -> std::io::Result<()> {
-    // SAFETY: flock is a plain C struct for which all-zero bytes are valid; OFD locks
-    // require l_pid to be 0.
-    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
-    fl.l_type = kind as libc::c_short;
-    fl.l_whence = libc::SEEK_SET as libc::c_short;
-    fl.l_start = MEASURE_LOCK;
-    fl.l_len = 1;
-    // SAFETY: the file is open for the borrow; fcntl only reads fl.
-    let rc = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_SETLK, &fl) };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
+        liveness::unlock(self.file.as_fd(), MEASURE_LOCK);
     }
 }
 

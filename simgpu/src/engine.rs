@@ -9,11 +9,12 @@
 //! scheduler alternates contexts.
 
 use crate::clock::{now_ns, sleep_until};
-use crate::futex;
 use crate::node::handoff::pass_engine;
 use crate::node::{DeviceState, EngineSeat, Process};
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 use std::sync::Mutex;
+use std::time::Duration;
+use tessera_region::futex::{self, Sharing};
 
 /// How long a waiter sleeps before it checks that the holder is still alive.
 const HOLDER_CHECK_NS: u64 = 10_000_000;
@@ -179,7 +180,12 @@ impl<'p> Engine<'p> {
                 }
                 continue;
             }
-            futex::wait(&e.epoch, epoch, HOLDER_CHECK_NS);
+            futex::wait(
+                &e.epoch,
+                Sharing::Shared,
+                epoch,
+                Duration::from_nanos(HOLDER_CHECK_NS),
+            );
             if e.owner.load(SeqCst) == owner && !self.process.node().slot_alive(owner as usize - 1)
             {
                 // The holder died holding the engine; reaping it passes the engine on.

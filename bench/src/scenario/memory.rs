@@ -16,6 +16,7 @@ use super::{Bins, Options, Outcome, Proc, Sampler, Spec, Testbed, Trace};
 use serde_json::Value;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+use tessera_region::units::format_size;
 
 const GIB: u64 = 1 << 30;
 const MIB: u64 = 1 << 20;
@@ -110,10 +111,10 @@ fn set_caps(bins: &Bins, bed: &Testbed) -> Result<(), String> {
             .ok_or_else(|| format!("{} has no folder", region.display()))?;
         let out = Command::new(&bins.controld)
             .args(["container", "set", name, "--memory"])
-            .arg(format!("{}MiB", cap / MIB))
+            .arg(format_size(cap))
             .arg("--state-dir")
             .arg(state_dir)
-            .env_remove("TESSERA_STATE_DIR")
+            .env_remove(tessera_region::env::STATE_DIR)
             .stdin(Stdio::null())
             .output()
             .map_err(|e| format!("cannot run controld container set: {e}"))?;
@@ -135,7 +136,7 @@ fn set_caps(bins: &Bins, bed: &Testbed) -> Result<(), String> {
 
 /// Starts `gpuload alloc` in `name` asking for `bytes` and holding them `hold`.
 fn alloc(bed: &Testbed, name: &str, bytes: u64, hold: Duration) -> Result<Proc, String> {
-    let size = format!("{}MiB", bytes / MIB);
+    let size = format_size(bytes);
     let hold = format!("{:.3}", hold.as_secs_f64());
     bed.gpuload(
         name,

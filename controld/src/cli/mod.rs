@@ -14,7 +14,7 @@ use std::ffi::OsString;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-pub use render::{human, render_status};
+pub use render::render_status;
 
 /// Runs the command line (without the program name); returns the exit status.
 pub fn main(argv: Vec<OsString>) -> i32 {

@@ -25,8 +25,9 @@ pub(crate) fn parse(value: &str) -> Result<LocalShare, String> {
     }
     let bad = || {
         format!(
-            "TESSERA_COMPUTE={value:?} is not a compute share; use fixed:Q with Q a whole \
-             percentage from 1 to 100 (like fixed:30); compute is not limited in this process"
+            "{}={value:?} is not a compute share; use fixed:Q with Q a whole \
+             percentage from 1 to 100 (like fixed:30); compute is not limited in this process",
+            crate::env::COMPUTE
         )
     };
     let (kind, q) = value.split_once(':').ok_or_else(bad)?;

@@ -3,7 +3,7 @@
 
 use super::layout::{DeviceState, MAX_PROCESSES};
 use crate::clock::now_ns;
-use crate::futex;
+use tessera_region::futex::{self, Sharing};
 use std::sync::atomic::Ordering::SeqCst;
 
 /// Passes the engine held by `slot` to the next waiting slot in round-robin order (or frees
@@ -17,7 +17,7 @@ pub(crate) fn pass_engine(d: &DeviceState, slot: usize, at: u64) {
         .is_ok()
     {
         e.epoch.fetch_add(1, SeqCst);
-        futex::wake_all(&e.epoch);
+        futex::wake_all(&e.epoch, Sharing::Shared);
     }
 }
 
