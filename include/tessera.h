@@ -31,7 +31,8 @@
 #define TESSERA_ENV_REAL_LIBCUDA "TESSERA_REAL_LIBCUDA"
 /* controld's state directory. */
 #define TESSERA_ENV_STATE_DIR "TESSERA_STATE_DIR"
-/* error | warn | info | debug */
+/* off | error | warn | info | debug (also none, warning, trace; any case). The library's
+ * default is error, controld's info. */
 #define TESSERA_ENV_LOG "TESSERA_LOG"
 /* "env": a process whose region file cannot be used (unreadable, foreign, of another
  * version, spoiled) runs under the environment's memory caps. Unset, its cap is 0 bytes on

@@ -47,7 +47,7 @@ pub fn spec(containers: &[ContainerInfo], library: &Path) -> Value {
                 "name": c.spec.name.as_str(),
                 "containerEdits": {
                     "env": [
-                        format!("TESSERA_REGION={region}"),
+                        format!("{}={region}", tessera_region::env::REGION),
                         format!("LD_PRELOAD={CONTAINER_LIBRARY}"),
                     ],
                     "mounts": mounts,

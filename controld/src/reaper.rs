@@ -31,24 +31,21 @@ pub fn spawn(core: Arc<Core>, stop: Arc<AtomicBool>) -> std::io::Result<JoinHand
                 for region in core.with_state(|s| s.regions()) {
                     let freed = region.reap_dead();
                     if freed > 0 {
-                        crate::log::log(
-                            crate::log::Level::Debug,
-                            &format!("reaped {freed} dead process(es) of {}", region.name()),
-                        );
+                        tracing::debug!("reaped {freed} dead process(es) of {}", region.name());
                     }
                 }
                 for line in core.with_state(|s| s.guard_regions()) {
-                    crate::log::warn(&line);
+                    tracing::warn!("{line}");
                 }
                 if last_housekeeping.elapsed() >= HOUSEKEEPING {
                     last_housekeeping = Instant::now();
                     let (replaced, removed) =
                         core.with_state(|s| (s.verify_regions(), s.sweep_retired()));
                     for line in replaced {
-                        crate::log::error(&line);
+                        tracing::error!("{line}");
                     }
                     for name in removed {
-                        crate::log::info(&format!("removed retired container {name}"));
+                        tracing::info!("removed retired container {name}");
                     }
                 }
                 std::thread::sleep(PERIOD.saturating_sub(started.elapsed()));

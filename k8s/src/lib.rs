@@ -13,7 +13,6 @@ pub mod cli;
 pub mod controld;
 pub mod gpu;
 pub mod ids;
-pub mod log;
 pub mod plugin;
 pub mod podresources;
 pub mod pods;

@@ -25,12 +25,14 @@
 
 pub mod board;
 pub mod compute;
+pub mod env;
 mod error;
 pub mod fault;
 mod file;
+pub mod futex;
 pub mod layout;
 pub mod limits;
-mod liveness;
+pub mod liveness;
 mod memory;
 mod name;
 mod slot;

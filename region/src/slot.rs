@@ -88,7 +88,7 @@ impl Region {
                 if p.state.load(Ordering::Relaxed) != SLOT_FREE || !self.take_local(slot) {
                     continue;
                 }
-                match liveness::try_lock(fd, slot) {
+                match liveness::try_lock(fd, liveness::slot_byte(slot)) {
                     Ok(true) => {}
                     Ok(false) => {
                         self.drop_local(slot);
@@ -106,7 +106,7 @@ impl Region {
                 // pairs with the Release store that freed it (in `free` or `reap_slot`), so
                 // its counters' final values are seen before we overwrite them.
                 if p.state.load(Ordering::Acquire) != SLOT_FREE {
-                    liveness::unlock(fd, slot);
+                    liveness::unlock(fd, liveness::slot_byte(slot));
                     self.drop_local(slot);
                     continue;
                 }
@@ -149,7 +149,7 @@ impl Region {
         let fd = self.lock_file.as_fd();
         // A live slot whose lock we can take has no owner: it died. On doubt (the lock
         // cannot be queried), it lives.
-        if !matches!(liveness::try_lock(fd, slot), Ok(true)) {
+        if !matches!(liveness::try_lock(fd, liveness::slot_byte(slot)), Ok(true)) {
             self.drop_local(slot);
             return false;
         }
@@ -159,7 +159,7 @@ impl Region {
         if dead {
             self.free(p);
         }
-        liveness::unlock(fd, slot);
+        liveness::unlock(fd, liveness::slot_byte(slot));
         self.drop_local(slot);
         dead
     }
@@ -279,7 +279,7 @@ impl Drop for ProcessSlot {
         }
         let region = self.region;
         region.free(self.entry());
-        liveness::unlock(region.lock_file.as_fd(), self.index);
+        liveness::unlock(region.lock_file.as_fd(), liveness::slot_byte(self.index));
         region.drop_local(self.index);
     }
 }

@@ -189,7 +189,7 @@ enum BadValue {
     #[error("must be at least {0}")]
     Below(u64),
     #[error(transparent)]
-    Size(#[from] simgpu::units::SizeError),
+    Size(#[from] tessera_region::units::SizeError),
 }
 
 fn number(text: &str) -> Result<f64, BadValue> {
@@ -232,7 +232,7 @@ fn at_least_1(text: &str) -> Result<usize, BadValue> {
 }
 
 fn size(text: &str) -> Result<u64, BadValue> {
-    Ok(simgpu::units::parse_size(text)?)
+    Ok(tessera_region::units::parse_size(text)?)
 }
 
 fn nonzero_size(text: &str) -> Result<u64, BadValue> {

@@ -332,7 +332,7 @@ pub fn probe(gpu: &Gpu, calls: u32, batches: u32) -> Result<Value> {
         "cuMemGetInfo": mem_get_info,
         // What libtessera.so was told, when it is preloaded (for the report).
         "preloaded": std::env::var_os("LD_PRELOAD").is_some_and(|v| !v.is_empty()),
-        "memory_limit": std::env::var("TESSERA_MEMORY_LIMIT").ok(),
+        "memory_limit": std::env::var(tessera_region::env::MEMORY_LIMIT).ok(),
     }))
 }
 

@@ -17,6 +17,7 @@ use super::{Bins, Options, Outcome, Proc, Sampler, Spec, Testbed, Trace};
 use serde_json::Value;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+use tessera_region::units::format_size;
 
 const GIB: u64 = 1 << 30;
 const MIB: u64 = 1 << 20;
@@ -111,10 +112,10 @@ fn set_caps(bins: &Bins, bed: &Testbed) -> Result<(), ScenarioError> {
             .ok_or_else(|| ScenarioError::Run(format!("{} has no folder", region.display())))?;
         let out = Command::new(&bins.controld)
             .args(["container", "set", name, "--memory"])
-            .arg(format!("{}MiB", cap / MIB))
+            .arg(format_size(cap))
             .arg("--state-dir")
             .arg(state_dir)
-            .env_remove("TESSERA_STATE_DIR")
+            .env_remove(tessera_region::env::STATE_DIR)
             .stdin(Stdio::null())
             .output()
             .map_err(ScenarioError::start("run controld container set"))?;
@@ -137,7 +138,7 @@ fn set_caps(bins: &Bins, bed: &Testbed) -> Result<(), ScenarioError> {
 
 /// Starts `gpuload alloc` in `name` asking for `bytes` and holding them `hold`.
 fn alloc(bed: &Testbed, name: &str, bytes: u64, hold: Duration) -> Result<Proc, ScenarioError> {
-    let size = format!("{}MiB", bytes / MIB);
+    let size = format_size(bytes);
     let hold = format!("{:.3}", hold.as_secs_f64());
     bed.gpuload(
         name,

@@ -547,7 +547,7 @@ impl Testbed {
             .arg(self.state_dir())
             .arg("--config")
             .arg(&config)
-            .env("TESSERA_LOG", "warn");
+            .env(tessera_region::env::LOG, "warn");
         let mut daemon = Proc::spawn(&mut cmd, "controld run")?;
         let deadline = Instant::now() + Duration::from_secs(20);
         let socket = self.state_dir().join("control.sock");
@@ -597,8 +597,11 @@ impl Testbed {
         let mut cmd = self.command(program);
         cmd.args(args)
             .env("LD_PRELOAD", &self.bins.libtessera)
-            .env("TESSERA_REGION", self.dir.0.join("uncapped.region"))
-            .env("TESSERA_MEMORY_LIMIT", "16GiB");
+            .env(
+                tessera_region::env::REGION,
+                self.dir.0.join("uncapped.region"),
+            )
+            .env(tessera_region::env::MEMORY_LIMIT, "16GiB");
         Proc::spawn(&mut cmd, "gpuload with no compute limit")
     }
 
@@ -613,7 +616,7 @@ impl Testbed {
                 )));
             }
             cmd.env("LD_PRELOAD", &self.bins.libtessera)
-                .env("TESSERA_REGION", self.region_path(name));
+                .env(tessera_region::env::REGION, self.region_path(name));
         }
         let what = format!(
             "gpuload {} in {name}{}",

@@ -5,7 +5,7 @@ use super::connect::Target;
 use super::declaration::{DemoArgs, Limits, Place};
 use super::error::CliError;
 use super::output::{json, print};
-use crate::render::render_status;
+use super::render::render_status;
 use std::ffi::OsString;
 use std::path::Path;
 use tessera_controld::api::{Answer, Request};

@@ -11,6 +11,7 @@ mod connect;
 mod declaration;
 mod error;
 mod output;
+mod render;
 
 use clap::{CommandFactory, Parser};
 use declaration::{Cli, Command, ContainerCommand, ExecArgs};

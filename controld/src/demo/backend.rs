@@ -192,16 +192,15 @@ impl Programs {
         let gpuload = beside("gpuload");
         let simulated = matches!(backend, Backend::Simulated(_))
             .then(|| (beside("libsimgpu_cuda.so"), beside("libsimgpu_nvml.so")));
-        let preload = if std::env::var_os(tessera_controld::exec::PRELOAD_ENV)
-            .is_some_and(|v| !v.is_empty())
-        {
-            tessera_controld::exec::preload_library().unwrap_or_else(|e| {
-                missing.push(e.to_string());
-                PathBuf::new()
-            })
-        } else {
-            beside("libtessera.so")
-        };
+        let preload =
+            if std::env::var_os(tessera_region::env::PRELOAD).is_some_and(|v| !v.is_empty()) {
+                tessera_controld::exec::preload_library().unwrap_or_else(|e| {
+                    missing.push(e.to_string());
+                    PathBuf::new()
+                })
+            } else {
+                beside("libtessera.so")
+            };
         if missing.is_empty() {
             Ok(Programs {
                 gpuload,

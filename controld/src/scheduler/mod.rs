@@ -13,7 +13,6 @@
 //! Both learn the containers from a [`Roster`] that the daemon's state publishes on every
 //! change (add, remove, change, adoption, a replaced region).
 
-mod futex;
 mod gpu;
 mod preempt;
 pub mod rates;
@@ -24,6 +23,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
+use tessera_region::futex::{self, Sharing};
 use tessera_region::{Region, MAX_DEVICES};
 
 /// Time between two ticks: the scheduler's accounting period.
@@ -183,7 +183,7 @@ impl Roster {
         // SeqCst: the preemption thread loads `rearm` before it reads what it waits for;
         // a bump after that load makes its futex wait return at once.
         self.rearm.fetch_add(1, Ordering::SeqCst);
-        futex::wake_private(&self.rearm);
+        futex::wake_all(&self.rearm, Sharing::Private);
     }
 }
 

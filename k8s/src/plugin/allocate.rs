@@ -27,8 +27,6 @@ pub const CONTAINER_DIR: &str = "/run/tessera";
 pub const CONTAINER_LIBRARY: &str = "/usr/local/lib/tessera/libtessera.so";
 /// The dynamic loader's list of libraries to preload, inside the container.
 pub const CONTAINER_PRELOAD: &str = "/etc/ld.so.preload";
-/// The preload library's region variable (its environment contract).
-pub const ENV_REGION: &str = "TESSERA_REGION";
 /// The variable the NVIDIA container runtime reads: which cards the container sees.
 pub const ENV_VISIBLE_DEVICES: &str = "NVIDIA_VISIBLE_DEVICES";
 /// The device nodes every GPU container needs, besides one per card.
@@ -153,9 +151,10 @@ pub fn edits(
     }
     let name = container_name(ids);
     let region_in_container = format!("{CONTAINER_DIR}/{name}.region");
-    response
-        .envs
-        .insert(ENV_REGION.into(), region_in_container.clone());
+    response.envs.insert(
+        tessera_region::env::REGION.into(),
+        region_in_container.clone(),
+    );
     let mount = |host: &Path, container: &str, read_only| Mount {
         container_path: container.to_string(),
         host_path: host.display().to_string(),
@@ -256,7 +255,7 @@ mod tests {
         let name = container_name(&core);
         assert_eq!(answer.envs[ENV_VISIBLE_DEVICES], "GPU-1");
         assert_eq!(
-            answer.envs[ENV_REGION],
+            answer.envs[tessera_region::env::REGION],
             format!("/run/tessera/{name}.region")
         );
         let paths: Vec<(&str, &str, bool)> = answer
@@ -293,7 +292,7 @@ mod tests {
         core.extend(ids("GPU-1", Resource::Core, 0..100));
         let answer = answer(&config(true), &cards(), Resource::Core, &core).unwrap();
         assert_eq!(answer.envs[ENV_VISIBLE_DEVICES], "GPU-0,GPU-1");
-        assert!(!answer.envs.contains_key(ENV_REGION));
+        assert!(!answer.envs.contains_key(tessera_region::env::REGION));
         assert!(answer.mounts.is_empty() && answer.cdi_devices.is_empty());
     }
 
