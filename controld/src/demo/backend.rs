@@ -194,7 +194,7 @@ impl Programs {
             .then(|| (beside("libsimgpu_cuda.so"), beside("libsimgpu_nvml.so")));
         let preload =
             if std::env::var_os(tessera_region::env::PRELOAD).is_some_and(|v| !v.is_empty()) {
-                crate::exec::preload_library().unwrap_or_else(|e| {
+                tessera_controld::exec::preload_library().unwrap_or_else(|e| {
                     missing.push(e.to_string());
                     PathBuf::new()
                 })
@@ -336,7 +336,7 @@ mod tests {
     #[test]
     fn the_config_declares_the_three_containers() {
         let dir = Workdir::create().unwrap();
-        let config = crate::config::Config::load(&dir.write_config().unwrap()).unwrap();
+        let config = tessera_controld::config::Config::load(&dir.write_config().unwrap()).unwrap();
         let names: Vec<String> = config
             .containers
             .iter()

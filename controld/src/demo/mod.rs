@@ -14,7 +14,7 @@ mod measure;
 mod view;
 mod workload;
 
-use crate::signals::BlockedSignals;
+use tessera_controld::signals::BlockedSignals;
 use backend::{Backend, Workdir};
 use measure::Meter;
 use nix::sys::signal::Signal;
@@ -68,7 +68,7 @@ pub enum DemoError {
     Setup(String),
     /// The daemon did not start.
     #[error("cannot start the demo's daemon: {0}")]
-    Daemon(#[from] crate::daemon::DaemonError),
+    Daemon(#[from] tessera_controld::daemon::DaemonError),
     /// A workload could not be started.
     #[error("cannot start {what}: {source}")]
     Spawn {
@@ -88,13 +88,13 @@ pub fn run(options: &Options) -> Result<i32, DemoError> {
     let signals = BlockedSignals::block(&[Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP])
         .map_err(|e| DemoError::Setup(e.to_string()))?;
     // The daemon's routine lines would only interrupt the view; warnings still show.
-    crate::logging::init("controld", tessera_region::env::LogLevel::Warn);
+    tessera_controld::logging::init("controld", tessera_region::env::LogLevel::Warn);
     let user_log = std::env::var_os(tessera_region::env::LOG);
     let backend = Backend::detect(options.force_simgpu);
     let programs = backend::Programs::find(&backend)?;
     let workdir = Workdir::create()?;
     let gpu = backend.prepare(&workdir, &programs)?;
-    let daemon = crate::daemon::Daemon::start(&crate::daemon::Options {
+    let daemon = tessera_controld::daemon::Daemon::start(&tessera_controld::daemon::Options {
         config: Some(workdir.write_config()?),
         state_dir: Some(workdir.state_dir()),
     })?;
@@ -177,7 +177,7 @@ pub fn run(options: &Options) -> Result<i32, DemoError> {
 /// so that these start together. Returns the signal that stopped it, if one did.
 fn start(
     fleet: &mut Fleet,
-    daemon: &crate::daemon::Daemon,
+    daemon: &tessera_controld::daemon::Daemon,
     signals: &BlockedSignals,
     setting: &Setting<'_>,
 ) -> Result<Option<i32>, DemoError> {
@@ -218,7 +218,7 @@ fn start(
 }
 
 /// Whether process `pid` of container `name` has its memory (its context) counted.
-fn counted(state: &crate::state::State, name: &str, pid: u32) -> bool {
+fn counted(state: &tessera_controld::state::State, name: &str, pid: u32) -> bool {
     state
         .node_status()
         .containers

@@ -42,7 +42,7 @@ pub fn info(gpu: &Gpu) -> Result<Value> {
         "name": gpu.name()?,
         "driver_version": gpu.driver_version()?,
         "nvml_driver_version": nvml_version.as_ref().ok(),
-        "nvml_error": nvml_version.as_ref().err(),
+        "nvml_error": nvml_version.as_ref().err().map(ToString::to_string),
         "total": memory.total,
         "free": memory.free,
     }))

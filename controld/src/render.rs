@@ -1,9 +1,10 @@
 //! `controld status` for a terminal: per GPU, its containers in one table, then what is
 //! wrong.
 
-use crate::status::{ContainerDevice, ContainerStatus, NodeStatus};
 use std::collections::BTreeSet;
-use tessera_region::units::format_size_rounded as human;
+use tessera_controld::status::{ContainerDevice, ContainerStatus, NodeStatus};
+/// A size for people (the one format of `tessera_region::units`).
+pub use tessera_region::units::format_size_rounded as human;
 
 fn share(value: Option<f64>) -> String {
     value.map_or("-".to_string(), |v| format!("{:.0}%", v * 100.0))
