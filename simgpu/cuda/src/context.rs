@@ -167,6 +167,7 @@ impl Context {
         crate::stream::forget_context(self);
         crate::module::forget_context(self);
         crate::event::forget_context(self);
+        crate::peer::forget_context(self);
         exec::forget_context(self);
         crate::memory::forget_context(self);
         self.legacy.lock().unwrap_or_else(|e| e.into_inner()).take();
