@@ -39,9 +39,17 @@ fn what_cublaslt_asks_of_the_driver() {
 
     // Peer access: once, not twice; undone once; never a context with itself.
     assert_eq!(code(&doc, "/peer/enable"), SUCCESS, "{doc}");
-    assert_eq!(code(&doc, "/peer/enable_again"), PEER_ACCESS_ALREADY_ENABLED, "{doc}");
+    assert_eq!(
+        code(&doc, "/peer/enable_again"),
+        PEER_ACCESS_ALREADY_ENABLED,
+        "{doc}"
+    );
     assert_eq!(code(&doc, "/peer/disable"), SUCCESS, "{doc}");
-    assert_eq!(code(&doc, "/peer/disable_again"), PEER_ACCESS_NOT_ENABLED, "{doc}");
+    assert_eq!(
+        code(&doc, "/peer/disable_again"),
+        PEER_ACCESS_NOT_ENABLED,
+        "{doc}"
+    );
     assert_eq!(code(&doc, "/peer/self"), INVALID_CONTEXT, "{doc}");
     assert_eq!(code(&doc, "/peer/bad_flags"), INVALID_VALUE, "{doc}");
 

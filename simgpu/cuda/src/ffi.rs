@@ -82,7 +82,11 @@ pub fn entry(name: &str, body: impl FnOnce() -> DriverResult) -> CUresult {
     let result = guard(body);
     let file = FILE.get_or_init(|| {
         let path = std::env::var_os(ENV_TRACE_CALLS).filter(|p| !p.is_empty())?;
-        std::fs::OpenOptions::new().create(true).append(true).open(path).ok()
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .ok()
     });
     if let Some(mut file) = file.as_ref() {
         let line = format!(

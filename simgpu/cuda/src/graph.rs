@@ -406,7 +406,9 @@ fn get_nodes(graph: CUgraph, out: *mut CUgraphNode, count: *mut usize) -> Driver
     // SAFETY: checked non-null; the caller provides a size_t to read and write.
     let room = unsafe { count.read() };
     for i in 0..room {
-        let handle = nodes.get(i).map_or(std::ptr::null_mut(), Registry::handle_of);
+        let handle = nodes
+            .get(i)
+            .map_or(std::ptr::null_mut(), Registry::handle_of);
         // SAFETY: the array holds `room` handles, by the contract.
         unsafe { out.add(i).write(handle) };
     }

@@ -99,7 +99,11 @@ impl KernelLaunch {
     /// The address of each argument in this launch's own copy of them.
     pub(crate) fn arg_addresses(&self) -> Vec<usize> {
         let base = self.args.as_ptr() as usize;
-        self.function.params.iter().map(|p| base + p.offset).collect()
+        self.function
+            .params
+            .iter()
+            .map(|p| base + p.offset)
+            .collect()
     }
 
     /// The device its function belongs to.

@@ -91,8 +91,13 @@ impl Tiled {
         let ok_modes = self.swizzle <= SWIZZLE_LAST
             && self.l2_promotion <= L2_PROMOTION_LAST
             && self.oob_fill <= OOB_FILL_LAST;
-        let stride_align = if self.interleave == INTERLEAVE_32B { 32 } else { STRIDE_ALIGN };
-        let ok_address = self.address != 0 && self.address.is_multiple_of(address_align(self.interleave));
+        let stride_align = if self.interleave == INTERLEAVE_32B {
+            32
+        } else {
+            STRIDE_ALIGN
+        };
+        let ok_address =
+            self.address != 0 && self.address.is_multiple_of(address_align(self.interleave));
         let ok_dims = self.dims.iter().all(|&d| (1..=MAX_GLOBAL_DIM).contains(&d));
         let ok_strides = self
             .strides
@@ -113,8 +118,14 @@ impl Tiled {
             }
             _ => true,
         };
-        if ok_rank && ok_modes && ok_address && ok_dims && ok_strides && ok_boxes
-            && ok_element_strides && ok_inner
+        if ok_rank
+            && ok_modes
+            && ok_address
+            && ok_dims
+            && ok_strides
+            && ok_boxes
+            && ok_element_strides
+            && ok_inner
         {
             Ok(())
         } else {
@@ -260,15 +271,15 @@ mod tests {
     #[test]
     fn the_documented_limits_are_refused() {
         let bad: [fn(&mut Tiled); 9] = [
-            |t| t.address += 8,                  // address not 16-byte aligned
-            |t| t.strides[0] = 2056,             // stride not a multiple of 16
-            |t| t.dims[1] = 0,                   // empty dimension
-            |t| t.boxes[1] = 257,                // box over 256
-            |t| t.element_strides[0] = 9,        // element stride over 8
-            |t| t.boxes[0] = 4,                  // inner box row of 8 bytes
-            |t| t.swizzle = 1,                   // 128-byte row beyond a 32-byte swizzle
-            |t| t.interleave = 1,                // interleave needs rank 3 or more
-            |t| t.data_type = 16,                // no such type
+            |t| t.address += 8,           // address not 16-byte aligned
+            |t| t.strides[0] = 2056,      // stride not a multiple of 16
+            |t| t.dims[1] = 0,            // empty dimension
+            |t| t.boxes[1] = 257,         // box over 256
+            |t| t.element_strides[0] = 9, // element stride over 8
+            |t| t.boxes[0] = 4,           // inner box row of 8 bytes
+            |t| t.swizzle = 1,            // 128-byte row beyond a 32-byte swizzle
+            |t| t.interleave = 1,         // interleave needs rank 3 or more
+            |t| t.data_type = 16,         // no such type
         ];
         for (i, spoil) in bad.iter().enumerate() {
             let mut t = tiled();

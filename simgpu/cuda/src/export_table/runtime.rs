@@ -166,7 +166,6 @@ pub(super) static RUNTIME_13: Table<16> = {
     ])
 };
 
-
 /// Writes the unique id of `ctx` (null: the current context).
 unsafe extern "C" fn context_id(ctx: CUcontext, out: *mut u64) -> CUresult {
     slot(|| {

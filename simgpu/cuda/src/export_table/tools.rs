@@ -81,4 +81,3 @@ unsafe extern "C" fn domain_enables(ptr: *mut *mut c_void, size: *mut usize) {
     // SAFETY: the runtime passes writable out-pointers.
     unsafe { give(&DOMAIN_ENABLES, ptr, size) }
 }
-

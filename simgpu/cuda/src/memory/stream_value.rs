@@ -55,7 +55,12 @@ fn write(
             }
         }
     };
-    stream::enqueue_host_work(stream, per_thread, HostKind::MemoryOperation, Arc::new(work))
+    stream::enqueue_host_work(
+        stream,
+        per_thread,
+        HostKind::MemoryOperation,
+        Arc::new(work),
+    )
 }
 
 /// Whether `current` satisfies the wait condition of `flags` against `value`.
@@ -108,7 +113,12 @@ fn wait(
         }
         std::thread::sleep(POLL);
     };
-    stream::enqueue_host_work(stream, per_thread, HostKind::MemoryOperation, Arc::new(work))
+    stream::enqueue_host_work(
+        stream,
+        per_thread,
+        HostKind::MemoryOperation,
+        Arc::new(work),
+    )
 }
 
 /// `CUstreamBatchMemOpType`.
@@ -167,14 +177,22 @@ unsafe fn batch(
     for op in ops {
         match op.operation {
             OP_WAIT_VALUE_32 | OP_WAIT_VALUE_64 => {
-                let bytes = if op.operation == OP_WAIT_VALUE_32 { 4 } else { 8 };
+                let bytes = if op.operation == OP_WAIT_VALUE_32 {
+                    4
+                } else {
+                    8
+                };
                 if op.flags & !(0x3 | WAIT_FLUSH) != 0 {
                     return Err(code::INVALID_VALUE);
                 }
                 word(op.address, bytes)?;
             }
             OP_WRITE_VALUE_32 | OP_WRITE_VALUE_64 => {
-                let bytes = if op.operation == OP_WRITE_VALUE_32 { 4 } else { 8 };
+                let bytes = if op.operation == OP_WRITE_VALUE_32 {
+                    4
+                } else {
+                    8
+                };
                 if op.flags & !WRITE_NO_BARRIER != 0 {
                     return Err(code::INVALID_VALUE);
                 }
@@ -187,9 +205,23 @@ unsafe fn batch(
     }
     for op in ops {
         match op.operation {
-            OP_WAIT_VALUE_32 => wait(stream, per_thread, op.address, op.value & 0xffff_ffff, 4, op.flags)?,
+            OP_WAIT_VALUE_32 => wait(
+                stream,
+                per_thread,
+                op.address,
+                op.value & 0xffff_ffff,
+                4,
+                op.flags,
+            )?,
             OP_WAIT_VALUE_64 => wait(stream, per_thread, op.address, op.value, 8, op.flags)?,
-            OP_WRITE_VALUE_32 => write(stream, per_thread, op.address, op.value & 0xffff_ffff, 4, op.flags)?,
+            OP_WRITE_VALUE_32 => write(
+                stream,
+                per_thread,
+                op.address,
+                op.value & 0xffff_ffff,
+                4,
+                op.flags,
+            )?,
             OP_WRITE_VALUE_64 => write(stream, per_thread, op.address, op.value, 8, op.flags)?,
             // Host memory is coherent and stream work runs in order: flushes and barriers
             // have nothing left to order.
