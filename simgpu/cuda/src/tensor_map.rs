@@ -200,15 +200,21 @@ cuda_entry! {
             return Err(code::INVALID_VALUE);
         }
         let n = rank as usize;
-        // SAFETY (each array): the caller passes `rank` dimensions, sizes, boxes and element
-        // strides and `rank - 1` strides (the innermost is the element), by the contract.
+        // SAFETY: the caller passes `rank` dimension sizes, by the contract.
+        let dims = unsafe { array(dims, n) }?;
+        // SAFETY: and `rank - 1` strides (the innermost is the element's size).
+        let strides = unsafe { array(strides, n - 1) }?;
+        // SAFETY: and `rank` box sizes.
+        let boxes = unsafe { array(boxes, n) }?;
+        // SAFETY: and `rank` element strides.
+        let element_strides = unsafe { array(element_strides, n) }?;
         let tiled = Tiled {
             data_type,
             address: address as u64,
-            dims: unsafe { array(dims, n) }?,
-            strides: unsafe { array(strides, n - 1) }?,
-            boxes: unsafe { array(boxes, n) }?,
-            element_strides: unsafe { array(element_strides, n) }?,
+            dims,
+            strides,
+            boxes,
+            element_strides,
             interleave,
             swizzle,
             l2_promotion,
