@@ -151,6 +151,30 @@ pub struct BatchMemOp {
 }
 const _: () = assert!(std::mem::size_of::<BatchMemOp>() == 48);
 
+/// Checks one member of a batch: for a wait or a write, whether it waits and its word's
+/// size; `None` for a flush or a barrier.
+fn check_op(op: &BatchMemOp) -> Result<Option<(bool, u64)>, u32> {
+    let (waits, bytes) = match op.operation {
+        OP_WAIT_VALUE_32 => (true, 4),
+        OP_WAIT_VALUE_64 => (true, 8),
+        OP_WRITE_VALUE_32 => (false, 4),
+        OP_WRITE_VALUE_64 => (false, 8),
+        OP_FLUSH_REMOTE_WRITES if op.short_flags == 0 => return Ok(None),
+        OP_BARRIER if op.short_flags <= BARRIER_GPU => return Ok(None),
+        _ => return Err(code::INVALID_VALUE),
+    };
+    let allowed = if waits {
+        0x3 | WAIT_FLUSH
+    } else {
+        WRITE_NO_BARRIER
+    };
+    if op.flags & !allowed != 0 {
+        return Err(code::INVALID_VALUE);
+    }
+    word(op.address, bytes)?;
+    Ok(Some((waits, bytes)))
+}
+
 /// `cuStreamBatchMemOp`: every operation is checked before any is queued, so that a batch
 /// with a bad member queues nothing.
 ///
@@ -174,58 +198,22 @@ unsafe fn batch(
         // SAFETY: non-null, and holds `count` operations by the contract.
         unsafe { std::slice::from_raw_parts(ops, count as usize) }
     };
-    for op in ops {
-        match op.operation {
-            OP_WAIT_VALUE_32 | OP_WAIT_VALUE_64 => {
-                let bytes = if op.operation == OP_WAIT_VALUE_32 {
-                    4
-                } else {
-                    8
-                };
-                if op.flags & !(0x3 | WAIT_FLUSH) != 0 {
-                    return Err(code::INVALID_VALUE);
-                }
-                word(op.address, bytes)?;
-            }
-            OP_WRITE_VALUE_32 | OP_WRITE_VALUE_64 => {
-                let bytes = if op.operation == OP_WRITE_VALUE_32 {
-                    4
-                } else {
-                    8
-                };
-                if op.flags & !WRITE_NO_BARRIER != 0 {
-                    return Err(code::INVALID_VALUE);
-                }
-                word(op.address, bytes)?;
-            }
-            OP_FLUSH_REMOTE_WRITES if op.short_flags == 0 => {}
-            OP_BARRIER if op.short_flags <= BARRIER_GPU => {}
-            _ => return Err(code::INVALID_VALUE),
-        }
-    }
-    for op in ops {
-        match op.operation {
-            OP_WAIT_VALUE_32 => wait(
-                stream,
-                per_thread,
-                op.address,
-                op.value & 0xffff_ffff,
-                4,
-                op.flags,
-            )?,
-            OP_WAIT_VALUE_64 => wait(stream, per_thread, op.address, op.value, 8, op.flags)?,
-            OP_WRITE_VALUE_32 => write(
-                stream,
-                per_thread,
-                op.address,
-                op.value & 0xffff_ffff,
-                4,
-                op.flags,
-            )?,
-            OP_WRITE_VALUE_64 => write(stream, per_thread, op.address, op.value, 8, op.flags)?,
-            // Host memory is coherent and stream work runs in order: flushes and barriers
-            // have nothing left to order.
-            _ => {}
+    let checked = ops.iter().map(check_op).collect::<Result<Vec<_>, _>>()?;
+    for (op, word_op) in ops.iter().zip(checked) {
+        // Host memory is coherent and stream work runs in order: flushes and barriers
+        // have nothing left to order.
+        let Some((waits, bytes)) = word_op else {
+            continue;
+        };
+        let value = if bytes == 4 {
+            op.value & 0xffff_ffff
+        } else {
+            op.value
+        };
+        if waits {
+            wait(stream, per_thread, op.address, value, bytes, op.flags)?;
+        } else {
+            write(stream, per_thread, op.address, value, bytes, op.flags)?;
         }
     }
     Ok(())
