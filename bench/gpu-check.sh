@@ -8,7 +8,10 @@
 #    gpuload slice);
 # 2. what libtessera.so adds to each call: the same probe bare, preloaded with no limit, and
 #    preloaded with a memory limit;
-# 3. the isolation scenarios of tessera-bench on the real driver (TESSERA_BENCH_DRIVER=system:
+# 3. PyTorch on the real driver: tests/frameworks.sh with TESSERA_FRAMEWORKS_DRIVER=system
+#    (both PyTorch builds under a 2 GiB cap and under `controld exec --memory 2GiB`), where
+#    they are installed under target/ or can be (it needs the network and about 8 GB);
+# 4. the isolation scenarios of tessera-bench on the real driver (TESSERA_BENCH_DRIVER=system:
 #    ground truth from the workloads' own progress, memory from NVML).
 #
 # It writes OUTDIR/report.md, OUTDIR/results.json and the raw output of every step, and is
@@ -21,6 +24,7 @@
 #   TESSERA_GPU_CHECK_BUDGET       the whole run's budget, s (default 480)
 #   TESSERA_GPU_CHECK_QUICK=1      short probe and slice phases
 #   TESSERA_GPU_CHECK_BIN_DIR      use the programs built there; build nothing
+#   TESSERA_GPU_CHECK_FRAMEWORKS_SECONDS  the most step 3 may take, s (default 240; 0 skips it)
 #   TESSERA_GPU_CHECK_DRIVER_DIR   take libcuda.so.1 and libnvidia-ml.so.1 from this folder
 #                                  as if it were the system driver (`simgpu lib-dir` runs the
 #                                  whole check on simgpu, with a node of its own)
@@ -32,7 +36,7 @@ set -euo pipefail
 
 usage() {
     echo "usage: bench/gpu-check.sh OUTDIR"
-    sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'
 }
 
 case "${1:-}" in
@@ -63,8 +67,8 @@ say() { printf 'gpu-check: %s\n' "$*" >&2; }
 
 # What it measures, for the line printed where it cannot.
 WOULD="the host cost of cuLaunchKernel, cuEventRecord and cuEventQuery, the time slice \
-between two processes saturating the GPU, what libtessera.so adds to each call, and the \
-isolation scenarios with the real driver"
+between two processes saturating the GPU, what libtessera.so adds to each call, PyTorch under \
+a cap, and the isolation scenarios with the real driver"
 
 no_gpu() {
     printf 'gpu-check: no NVIDIA GPU found (%s); nothing measured. On a GPU it measures %s.\n' \
@@ -237,7 +241,34 @@ done
 
 run slice 120 "$gpuload" slice "${slice_args[@]}"
 
-# --- 3: the scenarios on the real driver ----------------------------------------------------
+# --- 3: PyTorch on the real driver ----------------------------------------------------------
+
+frameworks_limit=${TESSERA_GPU_CHECK_FRAMEWORKS_SECONDS:-240}
+left=$((budget - $(elapsed)))
+((frameworks_limit > left)) && frameworks_limit=$left
+frameworks=skipped
+frameworks_took=0
+if ((frameworks_limit < 30)); then
+    say "frameworks: skipped, ${frameworks_limit} s for it"
+else
+    say "frameworks: tests/frameworks.sh on the real driver (at most ${frameworks_limit} s)"
+    t0=$(date +%s)
+    status=0
+    TESSERA_FRAMEWORKS_DRIVER=system TESSERA_FRAMEWORKS_BIN_DIR=$bins \
+        timeout --kill-after=10 "$frameworks_limit" "$root/tests/frameworks.sh" \
+        >"$out/frameworks.log" 2>&1 || status=$?
+    frameworks_took=$(($(date +%s) - t0))
+    case $status in
+    0) frameworks=pass ;;
+    1) frameworks=fail ;;
+    3) frameworks="not installed" ;;
+    124 | 137) frameworks=timeout ;;
+    *) frameworks=error ;;
+    esac
+    say "frameworks: $frameworks in ${frameworks_took} s"
+fi
+
+# --- 4: the scenarios on the real driver ----------------------------------------------------
 
 : >"$out/scenarios.tsv"
 for s in "${scenarios[@]}"; do
@@ -290,6 +321,7 @@ fi
 GC_OUT=$out GC_COMMIT=$commit GC_CPU="$cpu ($(nproc) CPUs)" GC_KERNEL="$(uname -sr)" \
     GC_DRIVER="$driver_label" GC_COMMAND="$command_line" GC_TOOK="$(elapsed)" \
     GC_BUILD="$build_s" GC_SECONDS="$seconds" GC_LIMIT="${limit_mib}MiB" GC_BUDGET="$budget" \
+    GC_FRAMEWORKS="$frameworks" GC_FRAMEWORKS_TOOK="$frameworks_took" \
     python3 - <<'PY'
 import glob, json, os
 
@@ -343,6 +375,8 @@ results = {
     "build_s": int(os.environ["GC_BUILD"]), "budget_s": int(os.environ["GC_BUDGET"]),
     "info": info, "probe": probe_rounds, "slice": slice_,
     "scenario_seconds": os.environ["GC_SECONDS"], "scenarios": scenarios,
+    "frameworks": {"result": os.environ["GC_FRAMEWORKS"],
+                   "took_s": int(os.environ["GC_FRAMEWORKS_TOOK"])},
 }
 with open(os.path.join(out, "results.json"), "w") as f:
     json.dump(results, f, indent=2)
@@ -430,6 +464,17 @@ for key, label in CALLS:
     m = cost(probe_rounds["probe-tessera-limit"], key)
     L.append("| %s | %s | %s | %s | %s | %s |" % (label, ns(b), ns(t), added(b, t), ns(m),
                                                   added(b, m)))
+L.append("")
+L.append("## PyTorch on the real driver\n")
+L.append("`TESSERA_FRAMEWORKS_DRIVER=system tests/frameworks.sh`: %s in %d s (output in "
+         "`frameworks.log`).\n" % (os.environ["GC_FRAMEWORKS"], int(os.environ["GC_FRAMEWORKS_TOOK"])))
+try:
+    with open(os.path.join(out, "frameworks.log")) as f:
+        checks = [l.rstrip() for l in f if l.startswith(("PASS ", "FAIL ", "SKIP ", "== "))]
+except OSError:
+    checks = []
+if checks:
+    L.append("```\n%s\n```" % "\n".join(checks))
 L.append("")
 L.append("## Isolation scenarios on the real driver\n")
 L.append("`TESSERA_BENCH_DRIVER=system tessera-bench scenario NAME --seconds %s`. "

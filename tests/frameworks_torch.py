@@ -3,7 +3,8 @@
     frameworks_torch.py <python with torch> <target dir with simgpu, controld, libtessera.so>
 
 On simgpu (a two-GPU node of its own), with a 2 GiB cap:
-  1. bare simgpu: is_available(), device_count(), the device's memory as total_memory;
+  1. bare simgpu: is_available(), device_count(), the device's memory as total_memory,
+     torch.OutOfMemoryError at the device's memory, torch.zeros and the matmul running;
   2. under libtessera.so (TESSERA_MEMORY_LIMIT=2GiB), and 3. under `controld exec
      --memory 2GiB`: total_memory, mem_get_info() and the caching allocator stopping with
      torch.OutOfMemoryError at the cap, simgpu holding at most the cap for the process,
@@ -116,8 +117,12 @@ def main():
         check("simgpu: is_available()", r["available"], r)
         check("simgpu: device_count() is the node's", r["count"] == 2, r)
         check("simgpu: total_memory is the device's", r["total_memory"] == 80 * GIB, r)
+        check("simgpu: torch.OutOfMemoryError at the device's memory",
+              r.get("oom") == "torch.OutOfMemoryError" and r["allocated"] <= r["free"], r)
         c.go()
-        c.finish()
+        _, ran = c.finish()
+        check("simgpu: torch.zeros runs", ran.get("zeros") is True, ran)
+        check("simgpu: a 64x64 matmul runs", ran.get("matmul") is True, ran)
 
     # 2. Under libtessera.so with a cap.
     capped = dict(env, LD_PRELOAD=libtessera, TESSERA_MEMORY_LIMIT="2GiB",

@@ -20,7 +20,7 @@ pub(crate) const GREATEST_PRIORITY: i32 = -5;
 const CTX_API_VERSION: u32 = 3020;
 
 /// `CUlimit` values and their defaults, as a GPU of this generation reports them.
-const LIMIT_DEFAULTS: [u64; 7] = [
+const LIMIT_DEFAULTS: [u64; 10] = [
     1024,    // STACK_SIZE
     1 << 20, // PRINTF_FIFO_SIZE
     8 << 20, // MALLOC_HEAP_SIZE
@@ -28,7 +28,17 @@ const LIMIT_DEFAULTS: [u64; 7] = [
     2048,    // DEV_RUNTIME_PENDING_LAUNCH_COUNT
     64,      // MAX_L2_FETCH_GRANULARITY
     0,       // PERSISTING_L2_CACHE_SIZE
+    0,       // SHMEM_SIZE: read from the device when queried
+    0,       // CIG_ENABLED: no context here shares a graphics context (CIG)
+    0,       // CIG_SHMEM_FALLBACK_ENABLED
 ];
+/// The limits (CUDA 12.7) that describe a context's place in a graphics context: the shared
+/// memory its kernels may use, and whether it is such a context. They are queried, never set.
+const LIMIT_SHMEM_SIZE: u32 = 7;
+const LIMIT_CIG_ENABLED: u32 = 8;
+/// `CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN`: outside a graphics context, all
+/// the shared memory a kernel may opt in to.
+const ATTRIBUTE_SHARED_PER_BLOCK_OPTIN: i32 = 97;
 const UNSUPPORTED_LIMIT: CUresult = 215;
 
 /// A context.
@@ -40,7 +50,7 @@ pub(crate) struct Context {
     /// The device's primary context.
     pub primary: bool,
     flags: AtomicU32,
-    limits: Mutex<[u64; 7]>,
+    limits: Mutex<[u64; 10]>,
     cache_config: AtomicU32,
     shared_mem_config: AtomicU32,
     destroyed: AtomicBool,
@@ -64,6 +74,8 @@ pub(crate) enum Teardown {
     Modules,
     /// Its events.
     Events,
+    /// Peer access it gave or was given.
+    Peers,
     /// Its queues on the device's executor (after it was synchronized).
     Queues,
     /// Its memory, all kinds: after the modules, which free their own variables.
@@ -231,6 +243,7 @@ impl Context {
             Teardown::Streams,
             Teardown::Modules,
             Teardown::Events,
+            Teardown::Peers,
             Teardown::Queues,
             Teardown::Memory,
         ] {
@@ -539,6 +552,9 @@ cuda_entry! {
 
     fn cuCtxSetLimit(limit: u32, value: usize) {
         let ctx = current()?;
+        if limit == LIMIT_SHMEM_SIZE || limit == LIMIT_CIG_ENABLED {
+            return Err(code::INVALID_VALUE);
+        }
         let mut limits = ctx.limits.lock().unwrap_or_else(|e| e.into_inner());
         let slot = limits.get_mut(limit as usize).ok_or(UNSUPPORTED_LIMIT)?;
         *slot = value as u64;
@@ -547,6 +563,12 @@ cuda_entry! {
 
     fn cuCtxGetLimit(value: *mut usize, limit: u32) {
         let ctx = current()?;
+        if limit == LIMIT_SHMEM_SIZE {
+            let bytes = crate::device::attribute_of(ctx.device, ATTRIBUTE_SHARED_PER_BLOCK_OPTIN)
+                .ok_or(code::INVALID_DEVICE)?;
+            // SAFETY: write_out checks null; the caller provides a size_t to write.
+            return unsafe { write_out(value, bytes.max(0) as usize) };
+        }
         let v = *ctx
             .limits
             .lock()

@@ -70,6 +70,37 @@ pub fn guard(body: impl FnOnce() -> DriverResult) -> CUresult {
     }
 }
 
+/// When set to a file name, every call of an entry point is appended to that file as a line
+/// `<pid> <thread> <name> <result>`: the record of what a library (cuBLAS, a CUDA runtime)
+/// asks of the driver and what it was answered, to find the call it stops at.
+const ENV_TRACE_CALLS: &str = "SIMGPU_TRACE_CALLS";
+
+/// Runs an exported entry point's body under [`guard`], recording the call when
+/// `SIMGPU_TRACE_CALLS` names a file.
+pub fn entry(name: &str, body: impl FnOnce() -> DriverResult) -> CUresult {
+    static FILE: std::sync::OnceLock<Option<std::fs::File>> = std::sync::OnceLock::new();
+    let result = guard(body);
+    let file = FILE.get_or_init(|| {
+        let path = std::env::var_os(ENV_TRACE_CALLS).filter(|p| !p.is_empty())?;
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .ok()
+    });
+    if let Some(mut file) = file.as_ref() {
+        let line = format!(
+            "{} {:?} {name} {result}\n",
+            std::process::id(),
+            std::thread::current().id()
+        );
+        // One write of one short line to a file opened for appending: lines of concurrent
+        // callers do not interleave. A trace that cannot be written is not the caller's error.
+        let _ = std::io::Write::write_all(&mut file, line.as_bytes());
+    }
+    result
+}
+
 /// Writes `value` through an out-pointer, or fails with `CUDA_ERROR_INVALID_VALUE` when the
 /// caller passed null, as the driver does.
 ///
@@ -85,7 +116,7 @@ pub unsafe fn write_out<T>(out: *mut T, value: T) -> DriverResult {
 }
 
 /// Declares driver entry points, each once: the exported `extern "C"` function whose body is
-/// a block returning [`DriverResult`], run under [`guard`].
+/// a block returning [`DriverResult`], run under [`entry`].
 ///
 /// ```ignore
 /// cuda_entry! {
@@ -104,7 +135,7 @@ macro_rules! cuda_entry {
             #[no_mangle]
             #[allow(non_snake_case, clippy::missing_safety_doc)]
             pub unsafe extern "C" fn $name($($arg: $ty),*) -> $crate::ffi::CUresult {
-                $crate::ffi::guard(|| $body)
+                $crate::ffi::entry(stringify!($name), || $body)
             }
         )*
     };

@@ -1,11 +1,13 @@
 //! Stream capture and graphs. A capture records the kernels and host work submitted to its
 //! streams, in submission order; launching the instantiated graph replays them in that order
 //! on one stream. (Graph edges are not modelled: the replay is a valid linearization of any
-//! captured dependency graph.)
+//! captured dependency graph.) Each node has a handle, through which a program lists a
+//! graph's nodes, reads a kernel node's launch and changes it in an instantiated graph, as
+//! cuBLASLt does to reuse a captured graph with new arguments.
 
 use crate::exec::{registry::Registry, HostWork, Work};
 use crate::ffi::{code, write_out, CUstream, DriverResult};
-use crate::launch::KernelLaunch;
+use crate::launch::{KernelLaunch, KernelNodeParams, KernelNodeParamsV2};
 use crate::stream::{self, Stream, StreamKind};
 use std::cell::Cell;
 use std::ffi::c_void;
@@ -24,13 +26,38 @@ const CAPTURE_INVALIDATED: u32 = 2;
 /// `CUstreamCaptureMode`: global, thread-local, relaxed.
 const CAPTURE_MODE_RELAXED: u32 = 2;
 
+/// What host work does, for the node type a graph reports for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum HostKind {
+    /// A copy.
+    Copy,
+    /// A memset.
+    Set,
+    /// A host function.
+    Function,
+    /// A stream memory operation (a word written or waited for).
+    MemoryOperation,
+    /// A stream-ordered free.
+    Free,
+}
+
+/// `CUgraphNodeType` values.
+mod node_type {
+    pub const KERNEL: u32 = 0;
+    pub const MEMCPY: u32 = 1;
+    pub const MEMSET: u32 = 2;
+    pub const HOST: u32 = 3;
+    pub const MEM_FREE: u32 = 11;
+    pub const BATCH_MEM_OP: u32 = 12;
+}
+
 /// A graph node: work a graph can hold.
 #[derive(Clone)]
 pub(crate) enum Node {
     /// A kernel launch, with its arguments as they were at capture.
     Kernel(Arc<KernelLaunch>),
-    /// Host work (a host function, a copy, a memset).
-    Host(HostWork),
+    /// Host work (a host function, a copy, a memset, a memory operation, a free).
+    Host(HostKind, HostWork),
 }
 
 impl Node {
@@ -38,28 +65,87 @@ impl Node {
     pub(crate) fn into_work(self) -> Work {
         match self {
             Node::Kernel(k) => Work::Kernel(k),
-            Node::Host(h) => Work::Host(h),
+            Node::Host(_, h) => Work::Host(h),
         }
+    }
+
+    /// Its `CUgraphNodeType`.
+    fn node_type(&self) -> u32 {
+        match self {
+            Node::Kernel(_) => node_type::KERNEL,
+            Node::Host(HostKind::Copy, _) => node_type::MEMCPY,
+            Node::Host(HostKind::Set, _) => node_type::MEMSET,
+            Node::Host(HostKind::Function, _) => node_type::HOST,
+            Node::Host(HostKind::MemoryOperation, _) => node_type::BATCH_MEM_OP,
+            Node::Host(HostKind::Free, _) => node_type::MEM_FREE,
+        }
+    }
+}
+
+/// A node of a graph, as its handle stands for it.
+struct GraphNode {
+    node: Node,
+    /// For a kernel node: one pointer per parameter into the launch's argument bytes, the
+    /// `kernelParams` that `cuGraphKernelNodeGetParams` reports (addresses, as integers).
+    arg_pointers: Vec<usize>,
+}
+
+impl GraphNode {
+    fn new(node: Node) -> Arc<GraphNode> {
+        let arg_pointers = match &node {
+            Node::Kernel(k) => k.arg_addresses(),
+            Node::Host(..) => Vec::new(),
+        };
+        Arc::new(GraphNode { node, arg_pointers })
     }
 }
 
 /// A graph: its nodes in order.
 pub(crate) struct Graph {
-    nodes: Mutex<Vec<Node>>,
+    nodes: Mutex<Vec<Arc<GraphNode>>>,
 }
 
 impl Graph {
-    fn nodes(&self) -> MutexGuard<'_, Vec<Node>> {
+    fn new() -> Arc<Graph> {
+        Arc::new(Graph {
+            nodes: Mutex::new(Vec::new()),
+        })
+    }
+
+    fn nodes(&self) -> MutexGuard<'_, Vec<Arc<GraphNode>>> {
+        self.nodes.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Adds a node and makes its handle live.
+    fn push(&self, node: Node) {
+        let node = GraphNode::new(node);
+        NODES.insert(Arc::clone(&node));
+        self.nodes().push(node);
+    }
+}
+
+/// Retires a graph and its nodes' handles.
+fn retire(handle: CUgraph) -> Option<Arc<Graph>> {
+    let graph = GRAPHS.remove(handle)?;
+    for node in graph.nodes().iter() {
+        NODES.remove(Registry::handle_of(node));
+    }
+    Some(graph)
+}
+
+/// An instantiated graph: each node with the handle of the graph node it came from.
+struct GraphExec {
+    nodes: Mutex<Vec<(usize, Node)>>,
+}
+
+impl GraphExec {
+    fn nodes(&self) -> MutexGuard<'_, Vec<(usize, Node)>> {
         self.nodes.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
-/// An instantiated graph.
-struct GraphExec {
-    nodes: Vec<Node>,
-}
-
 static GRAPHS: Registry<Graph> = Registry::new();
+static NODES: Registry<GraphNode> = Registry::new();
 static EXECS: Registry<GraphExec> = Registry::new();
 static NEXT_CAPTURE_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -98,7 +184,7 @@ impl Capture {
     /// Appends a node.
     pub(crate) fn add(&self, node: Node) -> DriverResult {
         self.check()?;
-        self.graph.nodes().push(node);
+        self.graph.push(node);
         Ok(())
     }
 
@@ -142,9 +228,7 @@ fn begin(handle: CUstream, mode: u32, per_thread: bool) -> DriverResult {
     if stream.capture().is_some() {
         return Err(code::ILLEGAL_STATE);
     }
-    let graph = Arc::new(Graph {
-        nodes: Mutex::new(Vec::new()),
-    });
+    let graph = Graph::new();
     let graph_handle = GRAPHS.insert(Arc::clone(&graph));
     stream.set_capture(Some(Arc::new(Capture {
         id: NEXT_CAPTURE_ID.fetch_add(1, Relaxed),
@@ -173,7 +257,7 @@ fn end(handle: CUstream, out: *mut CUgraph, per_thread: bool) -> DriverResult {
         member.set_capture(None);
     }
     let result = if capture.invalidated.load(Relaxed) {
-        GRAPHS.remove(capture.graph_handle);
+        retire(capture.graph_handle);
         Err(code::STREAM_CAPTURE_INVALIDATED)
     } else {
         Ok(capture.graph_handle)
@@ -250,8 +334,14 @@ fn instantiate(out: *mut CUgraphExec, graph: CUgraph) -> DriverResult {
         return Err(code::INVALID_VALUE);
     }
     let graph = GRAPHS.get(graph).ok_or(code::INVALID_VALUE)?;
-    let nodes = graph.nodes().clone();
-    let handle = EXECS.insert(Arc::new(GraphExec { nodes }));
+    let nodes = graph
+        .nodes()
+        .iter()
+        .map(|n| (Registry::handle_of(n) as usize, n.node.clone()))
+        .collect();
+    let handle = EXECS.insert(Arc::new(GraphExec {
+        nodes: Mutex::new(nodes),
+    }));
     // SAFETY: checked non-null; the caller provides a CUgraphExec to write.
     unsafe { write_out(out, handle) }
 }
@@ -261,8 +351,9 @@ fn launch(exec: CUgraphExec, handle: CUstream, per_thread: bool) -> DriverResult
     let exec = EXECS.get(exec).ok_or(code::INVALID_VALUE)?;
     let stream = stream::resolve(handle, per_thread)?;
     stream.ctx.check_sticky()?;
-    for node in &exec.nodes {
-        stream::submit_node(&stream, node.clone())?;
+    let nodes: Vec<Node> = exec.nodes().iter().map(|(_, n)| n.clone()).collect();
+    for node in nodes {
+        stream::submit_node(&stream, node)?;
     }
     Ok(())
 }
@@ -299,7 +390,135 @@ fn instantiate_with_params(
     Ok(())
 }
 
+/// `cuGraphGetNodes`: with no array, the count; else up to `*count` handles, the rest of the
+/// array cleared, and the count written.
+fn get_nodes(graph: CUgraph, out: *mut CUgraphNode, count: *mut usize) -> DriverResult {
+    crate::init::process()?;
+    let graph = GRAPHS.get(graph).ok_or(code::INVALID_VALUE)?;
+    if count.is_null() {
+        return Err(code::INVALID_VALUE);
+    }
+    let nodes = graph.nodes();
+    if out.is_null() {
+        // SAFETY: checked non-null; the caller provides a size_t to write.
+        return unsafe { write_out(count, nodes.len()) };
+    }
+    // SAFETY: checked non-null; the caller provides a size_t to read and write.
+    let room = unsafe { count.read() };
+    for i in 0..room {
+        let handle = nodes
+            .get(i)
+            .map_or(std::ptr::null_mut(), Registry::handle_of);
+        // SAFETY: the array holds `room` handles, by the contract.
+        unsafe { out.add(i).write(handle) };
+    }
+    // SAFETY: as above.
+    unsafe { write_out(count, room.min(nodes.len())) }
+}
+
+fn kernel_node(node: CUgraphNode) -> Result<(Arc<GraphNode>, Arc<KernelLaunch>), u32> {
+    crate::init::process()?;
+    let n = NODES.get(node).ok_or(code::INVALID_VALUE)?;
+    match &n.node {
+        Node::Kernel(k) => {
+            let k = Arc::clone(k);
+            Ok((n, k))
+        }
+        Node::Host(..) => Err(code::INVALID_VALUE),
+    }
+}
+
+/// `cuGraphKernelNodeGetParams`: the launch as captured, its arguments through pointers
+/// into the node's own copy of them.
+fn kernel_node_params(node: CUgraphNode) -> Result<KernelNodeParams, u32> {
+    let (n, k) = kernel_node(node)?;
+    let mut params = k.node_params();
+    if !n.arg_pointers.is_empty() {
+        params.params = n.arg_pointers.as_ptr() as *mut *mut c_void;
+    }
+    Ok(params)
+}
+
+/// `cuGraphExecKernelNodeSetParams`: the instantiated graph's copy of a kernel node launches
+/// with new geometry and arguments from now on; its function may change, within its device.
+///
+/// # Safety
+/// `params` must be null or a kernel node's parameters as the driver API defines them.
+unsafe fn exec_set_kernel_params(
+    exec: CUgraphExec,
+    node: CUgraphNode,
+    params: *const KernelNodeParams,
+    kernel: *mut c_void,
+) -> DriverResult {
+    let exec = EXECS.get(exec).ok_or(code::INVALID_VALUE)?;
+    let (_, old) = kernel_node(node)?;
+    if params.is_null() {
+        return Err(code::INVALID_VALUE);
+    }
+    // SAFETY: non-null; the caller passes the parameters, by the contract.
+    let new = unsafe { KernelLaunch::from_node_params(&*params, kernel) }?;
+    if new.device() != old.device() {
+        return Err(code::INVALID_VALUE);
+    }
+    let mut nodes = exec.nodes();
+    let slot = nodes
+        .iter_mut()
+        .find(|(origin, _)| *origin == node as usize)
+        .ok_or(code::INVALID_VALUE)?;
+    slot.1 = Node::Kernel(Arc::new(new));
+    Ok(())
+}
+
+/// A graph node handle.
+pub type CUgraphNode = *mut c_void;
+
 cuda_entry! {
+    fn cuGraphGetNodes(graph: CUgraph, nodes: *mut CUgraphNode, count: *mut usize) {
+        get_nodes(graph, nodes, count)
+    }
+
+    fn cuGraphNodeGetType(node: CUgraphNode, kind: *mut u32) {
+        crate::init::process()?;
+        let n = NODES.get(node).ok_or(code::INVALID_VALUE)?;
+        // SAFETY: write_out checks null; the caller provides a CUgraphNodeType to write.
+        unsafe { write_out(kind, n.node.node_type()) }
+    }
+
+    fn cuGraphKernelNodeGetParams(node: CUgraphNode, out: *mut KernelNodeParams) {
+        let params = kernel_node_params(node)?;
+        // SAFETY: write_out checks null; the caller provides the (first) structure to write.
+        unsafe { write_out(out, params) }
+    }
+
+    fn cuGraphKernelNodeGetParams_v2(node: CUgraphNode, out: *mut KernelNodeParamsV2) {
+        let params = kernel_node_params(node)?;
+        let kernel = params.func;
+        // The context is left null: the node runs in the context of the stream it is
+        // launched on, as the driver reads a null context.
+        let ctx = std::ptr::null_mut();
+        // SAFETY: write_out checks null; the caller provides the (second) structure to write.
+        unsafe { write_out(out, KernelNodeParamsV2 { v1: params, kern: kernel, ctx }) }
+    }
+
+    fn cuGraphExecKernelNodeSetParams(exec: CUgraphExec, node: CUgraphNode, params: *const KernelNodeParams) {
+        // SAFETY: the caller passes the parameters, by the contract.
+        unsafe { exec_set_kernel_params(exec, node, params, std::ptr::null_mut()) }
+    }
+
+    fn cuGraphExecKernelNodeSetParams_v2(
+        exec: CUgraphExec,
+        node: CUgraphNode,
+        params: *const KernelNodeParamsV2,
+    ) {
+        if params.is_null() {
+            return Err(code::INVALID_VALUE);
+        }
+        // SAFETY: non-null; the caller passes the second structure, whose start is the first.
+        let kernel = unsafe { (*params).kern };
+        // SAFETY: as above.
+        unsafe { exec_set_kernel_params(exec, node, params.cast(), kernel) }
+    }
+
     fn cuStreamBeginCapture(stream: CUstream) {
         begin(stream, 0, false)
     }
@@ -408,14 +627,14 @@ cuda_entry! {
         if out.is_null() || flags != 0 {
             return Err(code::INVALID_VALUE);
         }
-        let handle = GRAPHS.insert(Arc::new(Graph { nodes: Mutex::new(Vec::new()) }));
+        let handle = GRAPHS.insert(Graph::new());
         // SAFETY: checked non-null; the caller provides a CUgraph to write.
         unsafe { write_out(out, handle) }
     }
 
     fn cuGraphDestroy(graph: CUgraph) {
         crate::init::process()?;
-        GRAPHS.remove(graph).map(drop).ok_or(code::INVALID_VALUE)
+        retire(graph).map(drop).ok_or(code::INVALID_VALUE)
     }
 
     /// The pre-12.0 form: error node and log are left empty, there being no errors to

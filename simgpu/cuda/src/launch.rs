@@ -28,14 +28,89 @@ const THREADS_PER_SM: u32 = 2048;
 /// Resident blocks per SM.
 const BLOCKS_PER_SM: u32 = 32;
 
-/// One launch: the kernel and its arguments as they were at launch. (The geometry was
-/// checked at launch; the simulated kernels do not depend on it.)
+/// One launch: the kernel, its geometry (checked at launch; the simulated kernels do not
+/// depend on it, a graph reports it) and its arguments as they were at launch.
 pub(crate) struct KernelLaunch {
     function: Arc<Function>,
+    geometry: Geometry,
     args: Vec<u8>,
 }
 
+/// `CUDA_KERNEL_NODE_PARAMS`: a kernel node's launch.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct KernelNodeParams {
+    pub func: CUfunction,
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+    pub shared: u32,
+    pub params: *mut *mut c_void,
+    pub extra: *mut *mut c_void,
+}
+
+/// `CUDA_KERNEL_NODE_PARAMS_v2`: the first form, then a kernel (used when `func` is null)
+/// and a context.
+#[repr(C)]
+pub struct KernelNodeParamsV2 {
+    pub v1: KernelNodeParams,
+    pub kern: *mut c_void,
+    pub ctx: *mut c_void,
+}
+
 impl KernelLaunch {
+    /// A kernel node's launch, checked as a launch is.
+    ///
+    /// # Safety
+    /// `p`'s argument lists must be as the driver API defines them for its function.
+    pub(crate) unsafe fn from_node_params(
+        p: &KernelNodeParams,
+        kernel: *mut c_void,
+    ) -> Result<KernelLaunch, CUresult> {
+        // A kernel is its own function in every context.
+        let f = if p.func.is_null() { kernel } else { p.func };
+        let function = module::function(f)?;
+        let geometry = Geometry {
+            grid: p.grid,
+            block: p.block,
+            shared: p.shared,
+        };
+        geometry.check(&function)?;
+        // SAFETY: the caller passes the driver API's argument lists for this function.
+        let args = unsafe { collect_args(&function, p.params, p.extra) }?;
+        Ok(KernelLaunch {
+            function,
+            geometry,
+            args,
+        })
+    }
+
+    /// The launch as a kernel node's parameters, without its argument pointers.
+    pub(crate) fn node_params(&self) -> KernelNodeParams {
+        KernelNodeParams {
+            func: crate::exec::registry::Registry::handle_of(&self.function),
+            grid: self.geometry.grid,
+            block: self.geometry.block,
+            shared: self.geometry.shared,
+            params: std::ptr::null_mut(),
+            extra: std::ptr::null_mut(),
+        }
+    }
+
+    /// The address of each argument in this launch's own copy of them.
+    pub(crate) fn arg_addresses(&self) -> Vec<usize> {
+        let base = self.args.as_ptr() as usize;
+        self.function
+            .params
+            .iter()
+            .map(|p| base + p.offset)
+            .collect()
+    }
+
+    /// The device its function belongs to.
+    pub(crate) fn device(&self) -> usize {
+        self.function.device()
+    }
+
     /// The `i`th argument as an unsigned integer (little-endian, its declared size).
     fn arg(&self, i: usize) -> u64 {
         let Some(p) = self.function.params.get(i) else {
@@ -87,6 +162,7 @@ impl KernelLaunch {
 }
 
 /// Launch geometry.
+#[derive(Clone, Copy)]
 struct Geometry {
     grid: [u32; 3],
     block: [u32; 3],
@@ -226,7 +302,11 @@ unsafe fn launch(
     stream.ctx.check_sticky()?;
     // SAFETY: the caller passes the driver API's argument lists for this function.
     let args = unsafe { collect_args(&function, params, extra) }?;
-    let launch = KernelLaunch { function, args };
+    let launch = KernelLaunch {
+        function,
+        geometry,
+        args,
+    };
     stream::submit_node(&stream, Node::Kernel(Arc::new(launch)))
 }
 

@@ -20,5 +20,7 @@ mod init;
 mod launch;
 mod memory;
 mod module;
+mod peer;
 mod proc_address;
 mod stream;
+mod tensor_map;

@@ -171,6 +171,9 @@ static TABLE: &[Entry] = proc_table! {
     cuStreamWriteValue32: 8000 cuStreamWriteValue32, 11070 cuStreamWriteValue32_v2 | 8000 cuStreamWriteValue32_ptsz, 11070 cuStreamWriteValue32_v2_ptsz;
     cuStreamWriteValue64: 9000 cuStreamWriteValue64, 11070 cuStreamWriteValue64_v2 | 9000 cuStreamWriteValue64_ptsz, 11070 cuStreamWriteValue64_v2_ptsz;
     cuStreamWaitValue32: 8000 cuStreamWaitValue32, 11070 cuStreamWaitValue32_v2 | 8000 cuStreamWaitValue32_ptsz, 11070 cuStreamWaitValue32_v2_ptsz;
+    cuTensorMapEncodeTiled: 12000 cuTensorMapEncodeTiled;
+    cuTensorMapReplaceAddress: 12000 cuTensorMapReplaceAddress;
+    cuStreamBatchMemOp: 8000 cuStreamBatchMemOp, 11070 cuStreamBatchMemOp_v2 | 8000 cuStreamBatchMemOp_ptsz, 11070 cuStreamBatchMemOp_v2_ptsz;
     cuStreamWaitValue64: 9000 cuStreamWaitValue64, 11070 cuStreamWaitValue64_v2 | 9000 cuStreamWaitValue64_ptsz, 11070 cuStreamWaitValue64_v2_ptsz;
 
     // Memory.
@@ -289,6 +292,9 @@ static TABLE: &[Entry] = proc_table! {
     cuGraphCreate: 10000 cuGraphCreate;
     cuGraphDestroy: 10000 cuGraphDestroy;
     cuGraphGetNodes: 10000 cuGraphGetNodes;
+    cuGraphNodeGetType: 10000 cuGraphNodeGetType;
+    cuGraphKernelNodeGetParams: 10000 cuGraphKernelNodeGetParams, 12000 cuGraphKernelNodeGetParams_v2;
+    cuGraphExecKernelNodeSetParams: 10010 cuGraphExecKernelNodeSetParams, 12000 cuGraphExecKernelNodeSetParams_v2;
     cuGraphAddKernelNode: 10000 cuGraphAddKernelNode, 12000 cuGraphAddKernelNode_v2;
     cuGraphInstantiate: 10000 cuGraphInstantiate, 11000 cuGraphInstantiate_v2, 11040 cuGraphInstantiateWithFlags;
     cuGraphInstantiateWithFlags: 11040 cuGraphInstantiateWithFlags;

@@ -7,7 +7,7 @@ use crate::ffi::{
     code, write_out, CUcontext, CUdevice, CUresult, CUstream, DriverResult, CU_STREAM_LEGACY,
     CU_STREAM_PER_THREAD,
 };
-use crate::graph::{Capture, Node};
+use crate::graph::{Capture, HostKind, Node};
 use crate::init;
 use std::cell::RefCell;
 use std::ffi::c_void;
@@ -171,10 +171,11 @@ pub(crate) fn submit_node(stream: &Arc<Stream>, node: Node) -> DriverResult {
 pub(crate) fn enqueue_host_work(
     stream: CUstream,
     per_thread: bool,
+    kind: HostKind,
     work: HostWork,
 ) -> DriverResult {
     let stream = resolve(stream, per_thread)?;
-    submit_node(&stream, Node::Host(work))
+    submit_node(&stream, Node::Host(kind, work))
 }
 
 /// Runs synchronous work (a synchronous copy or memset) on the calling thread, ordered as an
@@ -271,7 +272,7 @@ fn launch_host_func(
         // run of this stream operation.
         unsafe { f(user.0) }
     });
-    submit_node(&stream, Node::Host(work))
+    submit_node(&stream, Node::Host(HostKind::Function, work))
 }
 
 fn add_callback(

@@ -9,8 +9,10 @@
 //! programs register and launch their kernels. The 12.x and 13.x runtimes first ask for one
 //! more table (f8cff951-2146-8b4e-b9e2-fb469e7c0dd9, purpose unknown) and carry on without
 //! it; any table not listed here is refused the same way. The 13.x runtime refuses to start
-//! without a table of its own (21318c60-…), of which it has not been seen to call a slot, and
-//! calls one more slot of the runtime interface (12) as it starts.
+//! without a table of its own (21318c60-…) and calls one more slot of the runtime interface
+//! (12) as it starts. cuBLASLt 13, choosing a matrix product's kernel, asks slot 2 of the
+//! tools thread state for a context and slot 4 of the 13.x table for that context's id, the
+//! key of its per-context state: seen from its calls and what it does with the answers.
 //!
 //! A table is an array of pointer-sized slots; most start with their own size in bytes.
 //! Slots whose purpose nobody has established answer `CUDA_ERROR_NOT_SUPPORTED` (and say
@@ -101,6 +103,7 @@ const fn unknown<const TABLE: usize, const SLOT: usize>() -> *const c_void {
 /// Index of each table in [`TABLES`], for [`unknown`].
 mod index {
     pub const RUNTIME: usize = 0;
+    pub const TOOLS_THREAD_STATE: usize = 1;
     pub const TOOLS_CALLBACKS: usize = 2;
     pub const INTEGRITY: usize = 5;
     pub const CONTEXT_CHECKS: usize = 6;

@@ -138,8 +138,10 @@ unsafe extern "C" fn process_state() -> u32 {
     0
 }
 
-/// A table the 13.x runtime asks for as it starts, and without which it does not start;
-/// none of its slots has been seen called, so each refuses (and says so when tracing).
+/// A table the 13.x runtime asks for as it starts, and without which it does not start. Of
+/// its slots only 4 has been seen called (by cuBLASLt 13, with a context and a pointer to a
+/// 64-bit value, which it then uses as the key of its per-context state); every other
+/// refuses (and says so when tracing).
 pub(super) static RUNTIME_13: Table<16> = {
     const T: usize = index::RUNTIME_13;
     Table::sized([
@@ -147,7 +149,9 @@ pub(super) static RUNTIME_13: Table<16> = {
         unknown::<T, 1>(),
         unknown::<T, 2>(),
         unknown::<T, 3>(),
-        unknown::<T, 4>(),
+        // 4: a context's unique id (what `cuCtxGetId` answers), for the context that slot 2
+        //    of the tools thread state gave; cuBLASLt keys its per-context state by it.
+        context_id as *const c_void,
         unknown::<T, 5>(),
         unknown::<T, 6>(),
         unknown::<T, 7>(),
@@ -161,3 +165,16 @@ pub(super) static RUNTIME_13: Table<16> = {
         unknown::<T, 15>(),
     ])
 };
+
+/// Writes the unique id of `ctx` (null: the current context).
+unsafe extern "C" fn context_id(ctx: CUcontext, out: *mut u64) -> CUresult {
+    slot(|| {
+        let ctx = if ctx.is_null() {
+            crate::context::current()?
+        } else {
+            crate::context::lookup(ctx)?
+        };
+        // SAFETY: write_out checks null; the caller passes a pointer to a 64-bit value.
+        unsafe { crate::ffi::write_out(out, ctx.id) }
+    })
+}

@@ -2,11 +2,33 @@
 //! ever attached to this driver, so the answers say "nobody is listening".
 
 use super::{index, unknown, Table, NONE};
+use crate::ffi::{CUcontext, CUresult};
 use std::ffi::c_void;
 use std::sync::atomic::AtomicU32;
 
-/// Per-thread state of tools: the runtime only needs the table to exist.
-pub(super) static TOOLS_THREAD_STATE: Table<4> = Table::sized([NONE, NONE, NONE, NONE]);
+/// Per-thread state of tools: the runtime only needs the table to exist. cuBLASLt 13 calls
+/// slot 2 with one out-pointer as it chooses a matrix product's kernel, and hands what it
+/// gets to slot 4 of the runtime 13 interface, a context's id: the calling thread's current
+/// context, which is what it is answered. Its other slots refuse, as no tool is attached.
+pub(super) static TOOLS_THREAD_STATE: Table<4> = {
+    const T: usize = index::TOOLS_THREAD_STATE;
+    Table::sized([
+        NONE,
+        unknown::<T, 1>(),
+        current_context as *const c_void,
+        unknown::<T, 3>(),
+    ])
+};
+
+/// Writes the calling thread's current context; fails, as the driver's entry points do,
+/// when there is none.
+unsafe extern "C" fn current_context(out: *mut CUcontext) -> CUresult {
+    super::slot(|| {
+        let ctx = crate::context::current()?;
+        // SAFETY: write_out checks null; the caller passes a pointer to a context handle.
+        unsafe { crate::ffi::write_out(out, ctx.handle()) }
+    })
+}
 
 /// Where tools would subscribe to the runtime's callbacks.
 pub(super) static TOOLS_CALLBACKS: Table<7> = {

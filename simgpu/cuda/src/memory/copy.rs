@@ -7,6 +7,7 @@
 use super::registry::{self, Access};
 use super::{aligned, array};
 use crate::ffi::{code, CUcontext, CUdeviceptr, CUresult, CUstream, DriverResult};
+use crate::graph::HostKind;
 use crate::init;
 use crate::stream;
 use std::ffi::c_void;
@@ -140,10 +141,12 @@ impl Order {
     fn asynchronous(self) -> bool {
         matches!(self, Order::Async(..))
     }
-    fn submit(self, work: impl Fn() + Send + Sync + 'static) -> DriverResult {
+    fn submit(self, kind: HostKind, work: impl Fn() + Send + Sync + 'static) -> DriverResult {
         match self {
             Order::Sync(per_thread) => stream::run_synchronously(per_thread, work),
-            Order::Async(s, per_thread) => stream::enqueue_host_work(s, per_thread, Arc::new(work)),
+            Order::Async(s, per_thread) => {
+                stream::enqueue_host_work(s, per_thread, kind, Arc::new(work))
+            }
         }
     }
 }
@@ -284,7 +287,7 @@ fn copy_2d(p: *const Memcpy2d, order: Order) -> DriverResult {
         width: w,
         height: h,
     };
-    order.submit(move || plan.run())
+    order.submit(HostKind::Copy, move || plan.run())
 }
 
 /// A linear copy between memory of the given types (host or device; unified for `cuMemcpy`).
@@ -306,7 +309,7 @@ fn copy_linear(
     let d = side(dst_type, dst, dst, null, n, 0, 0, n, 1, Access::ReadWrite)?;
     let source = host_source(s.addr, n, n, 1, s.known, order.asynchronous());
     let plan = CopyPlan::linear(d.addr, source, n);
-    order.submit(move || plan.run())
+    order.submit(HostKind::Copy, move || plan.run())
 }
 
 /// Writes `count` elements of `size` bytes (1, 2 or 4) of `value` at `p`.
@@ -345,7 +348,7 @@ fn memset(
         return Err(code::INVALID_VALUE);
     }
     check_device(dst, extent(pitch, row_bytes, h)?, Access::ReadWrite)?;
-    order.submit(move || {
+    order.submit(HostKind::Set, move || {
         for row in 0..h {
             let p = dst + row * pitch;
             // SAFETY: the rows were checked to lie inside one read-write allocation, and `p`

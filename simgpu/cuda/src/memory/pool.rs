@@ -8,6 +8,7 @@
 use super::linear::{self, Owner};
 use super::registry::{self, Kind};
 use crate::ffi::{code, write_out, CUdeviceptr, CUresult, CUstream, DriverResult};
+use crate::graph::HostKind;
 use crate::init;
 use crate::stream;
 use simgpu::device::MAX_DEVICES;
@@ -212,7 +213,7 @@ fn free_async(dptr: CUdeviceptr, stream: CUstream, per_thread: bool) -> DriverRe
     let a = linear::begin_free(dptr, Kind::freed_by_mem_free)?;
     let (base, id) = (a.base, a.id);
     let work: Arc<dyn Fn() + Send + Sync> = Arc::new(move || linear::finish_free(base, id));
-    stream::enqueue_host_work(stream, per_thread, work).inspect_err(|_| {
+    stream::enqueue_host_work(stream, per_thread, HostKind::Free, work).inspect_err(|_| {
         if let Some(a) = registry::write().get_mut(base) {
             a.free_pending = false;
         }

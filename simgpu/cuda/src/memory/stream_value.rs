@@ -1,9 +1,11 @@
-//! Stream memory operations (`cuStreamWriteValue*`, `cuStreamWaitValue*`): a word of device
-//! memory written, or waited for, in stream order. They run as the stream's host work: the
+//! Stream memory operations (`cuStreamWriteValue*`, `cuStreamWaitValue*`, and a batch of them
+//! through `cuStreamBatchMemOp`): a word of device memory written, or waited for, in stream
+//! order. They run as the stream's host work: the
 //! write when the stream reaches it; the wait holds the stream until the word satisfies the
 //! condition, as the GPU's front end does.
 
 use crate::ffi::{code, CUdeviceptr, CUstream, DriverResult};
+use crate::graph::HostKind;
 use crate::stream;
 use std::sync::Arc;
 use std::time::Duration;
@@ -53,7 +55,12 @@ fn write(
             }
         }
     };
-    stream::enqueue_host_work(stream, per_thread, Arc::new(work))
+    stream::enqueue_host_work(
+        stream,
+        per_thread,
+        HostKind::MemoryOperation,
+        Arc::new(work),
+    )
 }
 
 /// Whether `current` satisfies the wait condition of `flags` against `value`.
@@ -106,10 +113,129 @@ fn wait(
         }
         std::thread::sleep(POLL);
     };
-    stream::enqueue_host_work(stream, per_thread, Arc::new(work))
+    stream::enqueue_host_work(
+        stream,
+        per_thread,
+        HostKind::MemoryOperation,
+        Arc::new(work),
+    )
+}
+
+/// `CUstreamBatchMemOpType`.
+const OP_WAIT_VALUE_32: u32 = 1;
+const OP_WRITE_VALUE_32: u32 = 2;
+const OP_FLUSH_REMOTE_WRITES: u32 = 3;
+const OP_WAIT_VALUE_64: u32 = 4;
+const OP_WRITE_VALUE_64: u32 = 5;
+const OP_BARRIER: u32 = 6;
+/// `CU_STREAM_MEMORY_BARRIER_TYPE_GPU`, the wider of the two barrier scopes.
+const BARRIER_GPU: u32 = 1;
+/// A batch holds fewer operations than this, as the driver documents.
+const BATCH_LIMIT: u32 = 256;
+
+/// One `CUstreamBatchMemOpParams`: a union of 48 bytes whose every member starts with the
+/// operation. For the wait and write members: the address at 8, the value (32 or 64 bits) at
+/// 16, the flags at 24 and a word for the driver's own use at 32; for the flush and barrier
+/// members, the flags at 4.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct BatchMemOp {
+    operation: u32,
+    short_flags: u32,
+    address: CUdeviceptr,
+    value: u64,
+    flags: u32,
+    _pad: u32,
+    _alias: u64,
+    _rest: [u64; 1],
+}
+const _: () = assert!(std::mem::size_of::<BatchMemOp>() == 48);
+
+/// Checks one member of a batch: for a wait or a write, whether it waits and its word's
+/// size; `None` for a flush or a barrier.
+fn check_op(op: &BatchMemOp) -> Result<Option<(bool, u64)>, u32> {
+    let (waits, bytes) = match op.operation {
+        OP_WAIT_VALUE_32 => (true, 4),
+        OP_WAIT_VALUE_64 => (true, 8),
+        OP_WRITE_VALUE_32 => (false, 4),
+        OP_WRITE_VALUE_64 => (false, 8),
+        OP_FLUSH_REMOTE_WRITES if op.short_flags == 0 => return Ok(None),
+        OP_BARRIER if op.short_flags <= BARRIER_GPU => return Ok(None),
+        _ => return Err(code::INVALID_VALUE),
+    };
+    let allowed = if waits {
+        0x3 | WAIT_FLUSH
+    } else {
+        WRITE_NO_BARRIER
+    };
+    if op.flags & !allowed != 0 {
+        return Err(code::INVALID_VALUE);
+    }
+    word(op.address, bytes)?;
+    Ok(Some((waits, bytes)))
+}
+
+/// `cuStreamBatchMemOp`: every operation is checked before any is queued, so that a batch
+/// with a bad member queues nothing.
+///
+/// # Safety
+/// `ops` must be null or point to `count` operations.
+unsafe fn batch(
+    stream: CUstream,
+    per_thread: bool,
+    count: u32,
+    ops: *const BatchMemOp,
+    flags: u32,
+) -> DriverResult {
+    crate::init::process()?;
+    if flags != 0 || count >= BATCH_LIMIT || (count > 0 && ops.is_null()) {
+        return Err(code::INVALID_VALUE);
+    }
+    crate::stream::resolve(stream, per_thread)?;
+    let ops = if count == 0 {
+        &[][..]
+    } else {
+        // SAFETY: non-null, and holds `count` operations by the contract.
+        unsafe { std::slice::from_raw_parts(ops, count as usize) }
+    };
+    let checked = ops.iter().map(check_op).collect::<Result<Vec<_>, _>>()?;
+    for (op, word_op) in ops.iter().zip(checked) {
+        // Host memory is coherent and stream work runs in order: flushes and barriers
+        // have nothing left to order.
+        let Some((waits, bytes)) = word_op else {
+            continue;
+        };
+        let value = if bytes == 4 {
+            op.value & 0xffff_ffff
+        } else {
+            op.value
+        };
+        if waits {
+            wait(stream, per_thread, op.address, value, bytes, op.flags)?;
+        } else {
+            write(stream, per_thread, op.address, value, bytes, op.flags)?;
+        }
+    }
+    Ok(())
 }
 
 cuda_entry! {
+    fn cuStreamBatchMemOp(s: CUstream, count: u32, ops: *const BatchMemOp, flags: u32) {
+        // SAFETY: the caller passes `count` operations, by the contract.
+        unsafe { batch(s, false, count, ops, flags) }
+    }
+    fn cuStreamBatchMemOp_v2(s: CUstream, count: u32, ops: *const BatchMemOp, flags: u32) {
+        // SAFETY: as above.
+        unsafe { batch(s, false, count, ops, flags) }
+    }
+    fn cuStreamBatchMemOp_ptsz(s: CUstream, count: u32, ops: *const BatchMemOp, flags: u32) {
+        // SAFETY: as above.
+        unsafe { batch(s, true, count, ops, flags) }
+    }
+    fn cuStreamBatchMemOp_v2_ptsz(s: CUstream, count: u32, ops: *const BatchMemOp, flags: u32) {
+        // SAFETY: as above.
+        unsafe { batch(s, true, count, ops, flags) }
+    }
     fn cuStreamWriteValue32(s: CUstream, addr: CUdeviceptr, value: u32, flags: u32) {
         write(s, false, addr, u64::from(value), 4, flags)
     }

@@ -121,6 +121,11 @@ impl Function {
         device_cc(self.device)
     }
 
+    /// The device it was loaded for.
+    pub(crate) fn device(&self) -> usize {
+        self.device
+    }
+
     /// The dynamic shared memory a launch may ask for.
     pub(crate) fn max_dynamic_shared(&self) -> u64 {
         self.attrs().max_dynamic_shared as u64

@@ -177,7 +177,9 @@ unsafe fn with_clusters<'a>(
 }
 
 cuda_entry! {
-    /// The most clusters of the launch's size that can run at once.
+    /// The most clusters of the launch's size that can run at once: none, for a cluster
+    /// larger than the kernel may have (cuBLAS 12 probes sizes up to 17 this way, and stops
+    /// at an error).
     fn cuOccupancyMaxActiveClusters(out: *mut c_int, f: CUfunction, config: *const LaunchConfig) {
         let f = registered(f)?;
         // SAFETY: the caller's config, as the driver API defines it.
@@ -185,7 +187,8 @@ cuda_entry! {
         // SAFETY: as above.
         let size = unsafe { cluster_blocks(&f, config) };
         if size > largest_cluster(&f) {
-            return Err(code::INVALID_VALUE);
+            // SAFETY: write_out checks null; the caller provides an int to write.
+            return unsafe { write_out(out, 0) };
         }
         let block: u64 = config.block.iter().map(|&d| u64::from(d.max(1))).product();
         let sms = attribute_of(f.device, 16).unwrap_or(1).max(1) as u64; // MULTIPROCESSOR_COUNT
