@@ -1,6 +1,8 @@
 //! A fake API server on 127.0.0.1 that the real kube client talks to: pods (get, list and
-//! watch by node), events (create), and the cluster-scoped `gpus` of tessera.dev/v1alpha1
-//! (list, server-side apply of the object and of its status, delete).
+//! watch, by node or all; merge patch; the `binding` subresource), events (create), and the
+//! cluster-scoped `gpus` of tessera.dev/v1alpha1 (list and watch, server-side apply of the
+//! object and of its status, delete). Bindings can be made to fail at a set rate, as an
+//! overloaded API server's do.
 
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, Query, State};
@@ -11,21 +13,43 @@ use axum::{Json, Router};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::broadcast;
+
+/// The two kinds that can be watched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Pods,
+    Gpus,
+}
 
 /// What the server holds.
 #[derive(Default)]
-pub struct Store {
+struct Store {
     version: u64,
     pods: BTreeMap<(String, String), Value>,
-    /// Every pod watch event so far, by version, so that a watch from a version misses none.
-    history: Vec<(u64, Value)>,
+    /// Every watch event so far, by version, so that a watch from a version misses none.
+    history: Vec<(u64, Kind, Value)>,
     events: Vec<Value>,
     gpus: BTreeMap<String, Value>,
+    /// Percent of bindings refused, and the state of the generator that picks them.
+    bind_failures: (u32, u64),
+    /// Bindings refused so far.
+    binds_refused: u32,
 }
 
-type Shared = Arc<(Mutex<Store>, broadcast::Sender<(u64, Value)>)>;
+impl Store {
+    /// Records a watch event and returns it with its version for the live watchers.
+    fn record(&mut self, kind: Kind, event_type: &str, object: &mut Value) -> (u64, Kind, Value) {
+        self.version += 1;
+        object["metadata"]["resourceVersion"] = json!(self.version.to_string());
+        let event = json!({"type": event_type, "object": object.clone()});
+        self.history.push((self.version, kind, event.clone()));
+        (self.version, kind, event)
+    }
+}
+
+type Shared = Arc<(Mutex<Store>, broadcast::Sender<(u64, Kind, Value)>)>;
 
 /// The server.
 pub struct FakeApi {
@@ -34,13 +58,24 @@ pub struct FakeApi {
     shared: Shared,
 }
 
+fn lock(shared: &Shared) -> MutexGuard<'_, Store> {
+    shared.0.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 impl FakeApi {
     /// Starts it on the current runtime.
     pub async fn start() -> FakeApi {
-        let (tx, _) = broadcast::channel(4096);
+        let (tx, _) = broadcast::channel(1 << 16);
         let shared: Shared = Arc::new((Mutex::new(Store::default()), tx));
         let app = Router::new()
-            .route("/api/v1/namespaces/{ns}/pods/{name}", get(get_pod))
+            .route(
+                "/api/v1/namespaces/{ns}/pods/{name}",
+                get(get_pod).patch(patch_pod),
+            )
+            .route(
+                "/api/v1/namespaces/{ns}/pods/{name}/binding",
+                post(bind_pod),
+            )
             .route("/api/v1/pods", get(list_pods))
             .route("/api/v1/namespaces/{ns}/events", post(create_event))
             .route("/apis/tessera.dev/v1alpha1/gpus", get(list_gpus))
@@ -53,10 +88,14 @@ impl FakeApi {
                 patch(apply_gpu_status),
             )
             .with_state(shared.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("a free port on 127.0.0.1");
+        let addr = listener
+            .local_addr()
+            .expect("a bound listener has an address");
         tokio::spawn(async move {
-            axum::serve(listener, app).await.unwrap();
+            let _ = axum::serve(listener, app).await;
         });
         FakeApi { addr, shared }
     }
@@ -69,94 +108,254 @@ impl FakeApi {
         )
     }
 
+    /// A kube client of it.
+    pub fn client(&self) -> kube::Client {
+        let uri: axum::http::Uri = format!("http://{}", self.addr)
+            .parse()
+            .expect("an address is a URI");
+        let config = kube::Config::new(uri);
+        kube::Client::try_from(config).expect("a client of a plain HTTP server")
+    }
+
+    fn store(&self) -> MutexGuard<'_, Store> {
+        lock(&self.shared)
+    }
+
+    fn publish(&self, event: (u64, Kind, Value)) {
+        let _ = self.shared.1.send(event);
+    }
+
     /// Creates or changes a pod on `node` with these annotations.
     pub fn put_pod(&self, namespace: &str, name: &str, node: &str, annotations: &[(&str, &str)]) {
-        let (store, tx) = &*self.shared;
-        let mut store = store.lock().unwrap();
-        store.version += 1;
-        let version = store.version;
-        let key = (namespace.to_string(), name.to_string());
-        let kind = if store.pods.contains_key(&key) {
-            "MODIFIED"
-        } else {
-            "ADDED"
-        };
         let annotations: BTreeMap<&str, &str> = annotations.iter().copied().collect();
-        let pod = json!({
+        self.create_pod(json!({
             "apiVersion": "v1",
             "kind": "Pod",
             "metadata": {
                 "name": name,
                 "namespace": namespace,
                 "uid": format!("uid-{namespace}-{name}"),
-                "resourceVersion": version.to_string(),
                 "annotations": annotations,
             },
             "spec": {"nodeName": node, "containers": [{"name": "main", "image": "app"}]},
-        });
-        store.pods.insert(key, pod.clone());
-        let event = json!({"type": kind, "object": pod});
-        store.history.push((version, event.clone()));
-        let _ = tx.send((version, event));
+        }));
+    }
+
+    /// Creates or replaces a pod object as given (its `metadata.namespace` and `name` say
+    /// which).
+    pub fn create_pod(&self, mut pod: Value) {
+        let key = (
+            pod["metadata"]["namespace"]
+                .as_str()
+                .unwrap_or("default")
+                .to_string(),
+            pod["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+        );
+        let mut store = self.store();
+        let kind = if store.pods.contains_key(&key) {
+            "MODIFIED"
+        } else {
+            "ADDED"
+        };
+        let event = store.record(Kind::Pods, kind, &mut pod);
+        store.pods.insert(key, pod);
+        drop(store);
+        self.publish(event);
     }
 
     /// Deletes a pod.
     pub fn delete_pod(&self, namespace: &str, name: &str) {
-        let (store, tx) = &*self.shared;
-        let mut store = store.lock().unwrap();
-        if let Some(pod) = store
+        let mut store = self.store();
+        if let Some(mut pod) = store
             .pods
             .remove(&(namespace.to_string(), name.to_string()))
         {
-            store.version += 1;
-            let version = store.version;
-            let event = json!({"type": "DELETED", "object": pod});
-            store.history.push((version, event.clone()));
-            let _ = tx.send((version, event));
+            let event = store.record(Kind::Pods, "DELETED", &mut pod);
+            drop(store);
+            self.publish(event);
         }
+    }
+
+    /// A pod as stored.
+    pub fn pod(&self, namespace: &str, name: &str) -> Option<Value> {
+        self.store()
+            .pods
+            .get(&(namespace.to_string(), name.to_string()))
+            .cloned()
+    }
+
+    /// Every pod, by namespace and name.
+    pub fn pods(&self) -> BTreeMap<(String, String), Value> {
+        self.store().pods.clone()
+    }
+
+    /// Refuses `percent` of the bindings from now on, picked by a generator seeded with
+    /// `seed` (the same seed refuses the same calls).
+    pub fn fail_bindings(&self, percent: u32, seed: u64) {
+        self.store().bind_failures = (percent.min(100), seed | 1);
+    }
+
+    /// How many bindings were refused.
+    pub fn bindings_refused(&self) -> u32 {
+        self.store().binds_refused
     }
 
     /// Every event created so far.
     pub fn events(&self) -> Vec<Value> {
-        self.shared.0.lock().unwrap().events.clone()
+        self.store().events.clone()
     }
 
     /// Stores a GPU object as another writer left it.
-    pub fn put_gpu(&self, name: &str, gpu: Value) {
-        self.shared
-            .0
-            .lock()
-            .unwrap()
-            .gpus
-            .insert(name.to_string(), gpu);
+    pub fn put_gpu(&self, name: &str, mut gpu: Value) {
+        let mut store = self.store();
+        let kind = if store.gpus.contains_key(name) {
+            "MODIFIED"
+        } else {
+            "ADDED"
+        };
+        gpu["metadata"]["name"] = json!(name);
+        let event = store.record(Kind::Gpus, kind, &mut gpu);
+        store.gpus.insert(name.to_string(), gpu);
+        drop(store);
+        self.publish(event);
     }
 
     /// Every GPU object, by name.
     pub fn gpus(&self) -> BTreeMap<String, Value> {
-        self.shared.0.lock().unwrap().gpus.clone()
+        self.store().gpus.clone()
     }
 }
 
-fn not_found(what: &str) -> Response {
+fn status(code: StatusCode, reason: &str, message: String) -> Response {
     (
-        StatusCode::NOT_FOUND,
+        code,
         Json(json!({
             "apiVersion": "v1", "kind": "Status", "status": "Failure",
-            "message": format!("{what} not found"), "reason": "NotFound", "code": 404,
+            "message": message, "reason": reason, "code": code.as_u16(),
         })),
     )
         .into_response()
+}
+
+fn not_found(what: &str) -> Response {
+    status(
+        StatusCode::NOT_FOUND,
+        "NotFound",
+        format!("{what} not found"),
+    )
 }
 
 async fn get_pod(
     State(shared): State<Shared>,
     Path((ns, name)): Path<(String, String)>,
 ) -> Response {
-    let store = shared.0.lock().unwrap();
+    let store = lock(&shared);
     match store.pods.get(&(ns, name.clone())) {
         Some(pod) => Json(pod.clone()).into_response(),
         None => not_found(&format!("pods \"{name}\"")),
     }
+}
+
+/// Applies a JSON merge patch (RFC 7386) to `target`.
+fn merge(target: &mut Value, patch: &Value) {
+    match (target.as_object_mut(), patch.as_object()) {
+        (Some(object), Some(changes)) => {
+            for (key, value) in changes {
+                if value.is_null() {
+                    object.remove(key);
+                } else {
+                    merge(object.entry(key.clone()).or_insert(Value::Null), value);
+                }
+            }
+        }
+        _ => *target = patch.clone(),
+    }
+}
+
+async fn patch_pod(
+    State(shared): State<Shared>,
+    Path((ns, name)): Path<(String, String)>,
+    body: Bytes,
+) -> Response {
+    let Ok(changes) = serde_json::from_slice::<Value>(&body) else {
+        return status(StatusCode::BAD_REQUEST, "BadRequest", "not JSON".into());
+    };
+    let mut store = lock(&shared);
+    let key = (ns, name.clone());
+    let Some(mut pod) = store.pods.get(&key).cloned() else {
+        return not_found(&format!("pods \"{name}\""));
+    };
+    merge(&mut pod, &changes);
+    let event = store.record(Kind::Pods, "MODIFIED", &mut pod);
+    store.pods.insert(key, pod.clone());
+    drop(store);
+    let _ = shared.1.send(event);
+    Json(pod).into_response()
+}
+
+async fn bind_pod(
+    State(shared): State<Shared>,
+    Path((ns, name)): Path<(String, String)>,
+    body: Bytes,
+) -> Response {
+    let Ok(binding) = serde_json::from_slice::<Value>(&body) else {
+        return status(StatusCode::BAD_REQUEST, "BadRequest", "not JSON".into());
+    };
+    let Some(node) = binding["target"]["name"].as_str() else {
+        return status(
+            StatusCode::BAD_REQUEST,
+            "BadRequest",
+            "a binding names its target".into(),
+        );
+    };
+    let mut store = lock(&shared);
+    let (percent, seed) = store.bind_failures;
+    if percent > 0 {
+        // xorshift64: the same seed refuses the same calls.
+        let mut x = seed;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        store.bind_failures.1 = x;
+        if (x % 100) < u64::from(percent) {
+            store.binds_refused += 1;
+            return status(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "InternalError",
+                "etcdserver: request timed out".into(),
+            );
+        }
+    }
+    let key = (ns, name.clone());
+    let Some(mut pod) = store.pods.get(&key).cloned() else {
+        return not_found(&format!("pods \"{name}\""));
+    };
+    if pod["spec"]["nodeName"]
+        .as_str()
+        .is_some_and(|n| !n.is_empty())
+    {
+        return status(
+            StatusCode::CONFLICT,
+            "Conflict",
+            format!(
+                "pod {name} is already assigned to node {}",
+                pod["spec"]["nodeName"]
+            ),
+        );
+    }
+    pod["spec"]["nodeName"] = json!(node);
+    let event = store.record(Kind::Pods, "MODIFIED", &mut pod);
+    store.pods.insert(key, pod);
+    drop(store);
+    let _ = shared.1.send(event);
+    (
+        StatusCode::CREATED,
+        Json(json!({"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201})),
+    )
+        .into_response()
 }
 
 fn on_node(pod: &Value, selector: Option<&String>) -> bool {
@@ -166,24 +365,32 @@ fn on_node(pod: &Value, selector: Option<&String>) -> bool {
     }
 }
 
-async fn list_pods(
-    State(shared): State<Shared>,
-    Query(q): Query<HashMap<String, String>>,
-) -> Response {
+/// A list, or a watch from `resourceVersion` when the query says `watch`.
+fn list_or_watch(shared: &Shared, kind: Kind, q: &HashMap<String, String>) -> Response {
     let selector = q.get("fieldSelector").cloned();
-    let watch = q.get("watch").is_some_and(|w| w == "true" || w == "1");
-    let (store, tx) = &*shared;
-    let store_now = store.lock().unwrap();
-    if !watch {
-        let items: Vec<Value> = store_now
-            .pods
-            .values()
-            .filter(|p| on_node(p, selector.as_ref()))
-            .cloned()
-            .collect();
+    let watching = q.get("watch").is_some_and(|w| w == "true" || w == "1");
+    let store = lock(shared);
+    if !watching {
+        let (list_kind, api_version, items): (&str, &str, Vec<Value>) = match kind {
+            Kind::Pods => (
+                "PodList",
+                "v1",
+                store
+                    .pods
+                    .values()
+                    .filter(|p| on_node(p, selector.as_ref()))
+                    .cloned()
+                    .collect(),
+            ),
+            Kind::Gpus => (
+                "GPUList",
+                "tessera.dev/v1alpha1",
+                store.gpus.values().cloned().collect(),
+            ),
+        };
         return Json(json!({
-            "apiVersion": "v1", "kind": "PodList",
-            "metadata": {"resourceVersion": store_now.version.to_string()},
+            "apiVersion": api_version, "kind": list_kind,
+            "metadata": {"resourceVersion": store.version.to_string()},
             "items": items,
         }))
         .into_response();
@@ -191,47 +398,64 @@ async fn list_pods(
     let from: u64 = q
         .get("resourceVersion")
         .and_then(|v| v.parse().ok())
-        .unwrap_or(store_now.version);
-    let past: Vec<(u64, Value)> = store_now
+        .unwrap_or(store.version);
+    let past: Vec<(u64, Kind, Value)> = store
         .history
         .iter()
-        .filter(|(v, _)| *v > from)
+        .filter(|(v, k, _)| *v > from && *k == kind)
         .cloned()
         .collect();
-    let rx = tx.subscribe();
-    drop(store_now);
-    let last = past.last().map(|(v, _)| *v).unwrap_or(from);
+    let rx = shared.1.subscribe();
+    drop(store);
+    let last = past.last().map(|(v, _, _)| *v).unwrap_or(from);
     let state = (past.into_iter(), rx, last, selector);
-    let stream =
-        futures_util::stream::unfold(state, |(mut past, mut rx, mut last, selector)| async move {
+    let stream = futures_util::stream::unfold(
+        state,
+        move |(mut past, mut rx, mut last, selector)| async move {
             loop {
-                let (version, event) = match past.next() {
+                let (version, of, event) = match past.next() {
                     Some(e) => e,
                     None => match rx.recv().await {
                         Ok(e) => e,
-                        Err(broadcast::error::RecvError::Lagged(_)) => continue,
-                        Err(broadcast::error::RecvError::Closed) => return None,
+                        // A watcher that fell behind is ended, as the API server ends a
+                        // watch whose version is gone: the client lists again.
+                        Err(_) => return None,
                     },
                 };
-                if version <= last && version != 0 {
+                if of != kind || version <= last {
                     continue;
                 }
                 last = version;
                 if !on_node(&event["object"], selector.as_ref()) {
                     continue;
                 }
-                let mut line = serde_json::to_vec(&event).unwrap();
+                let mut line = serde_json::to_vec(&event).unwrap_or_default();
                 line.push(b'\n');
                 return Some((
                     Ok::<_, std::io::Error>(Bytes::from(line)),
                     (past, rx, last, selector),
                 ));
             }
-        });
+        },
+    );
     Response::builder()
         .header("content-type", "application/json")
         .body(Body::from_stream(stream))
-        .unwrap()
+        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+}
+
+async fn list_pods(
+    State(shared): State<Shared>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Response {
+    list_or_watch(&shared, Kind::Pods, &q)
+}
+
+async fn list_gpus(
+    State(shared): State<Shared>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Response {
+    list_or_watch(&shared, Kind::Gpus, &q)
 }
 
 async fn create_event(
@@ -239,22 +463,12 @@ async fn create_event(
     Path(_ns): Path<String>,
     Json(event): Json<Value>,
 ) -> Response {
-    shared.0.lock().unwrap().events.push(event.clone());
+    lock(&shared).events.push(event.clone());
     (StatusCode::CREATED, Json(event)).into_response()
 }
 
-async fn list_gpus(State(shared): State<Shared>) -> Response {
-    let store = shared.0.lock().unwrap();
-    Json(json!({
-        "apiVersion": "tessera.dev/v1alpha1", "kind": "GPUList",
-        "metadata": {"resourceVersion": store.version.to_string()},
-        "items": store.gpus.values().cloned().collect::<Vec<_>>(),
-    }))
-    .into_response()
-}
-
 async fn get_gpu(State(shared): State<Shared>, Path(name): Path<String>) -> Response {
-    match shared.0.lock().unwrap().gpus.get(&name) {
+    match lock(&shared).gpus.get(&name) {
         Some(gpu) => Json(gpu.clone()).into_response(),
         None => not_found(&format!("gpus.tessera.dev \"{name}\"")),
     }
@@ -267,17 +481,24 @@ async fn apply_gpu(
     body: Bytes,
 ) -> Response {
     let Ok(applied) = serde_json::from_slice::<Value>(&body) else {
-        return (StatusCode::BAD_REQUEST, "not JSON").into_response();
+        return status(StatusCode::BAD_REQUEST, "BadRequest", "not JSON".into());
     };
-    let mut store = shared.0.lock().unwrap();
-    store.version += 1;
-    let version = store.version.to_string();
-    let gpu = store.gpus.entry(name.clone()).or_insert_with(|| json!({}));
+    let mut store = lock(&shared);
+    let existed = store.gpus.contains_key(&name);
+    let mut gpu = store.gpus.get(&name).cloned().unwrap_or_else(|| json!({}));
     gpu["apiVersion"] = applied["apiVersion"].clone();
     gpu["kind"] = applied["kind"].clone();
-    gpu["metadata"] = json!({"name": name, "resourceVersion": version});
+    gpu["metadata"] = json!({"name": name});
     gpu["spec"] = applied["spec"].clone();
-    Json(gpu.clone()).into_response()
+    let event = store.record(
+        Kind::Gpus,
+        if existed { "MODIFIED" } else { "ADDED" },
+        &mut gpu,
+    );
+    store.gpus.insert(name, gpu.clone());
+    drop(store);
+    let _ = shared.1.send(event);
+    Json(gpu).into_response()
 }
 
 async fn apply_gpu_status(
@@ -286,22 +507,29 @@ async fn apply_gpu_status(
     body: Bytes,
 ) -> Response {
     let Ok(applied) = serde_json::from_slice::<Value>(&body) else {
-        return (StatusCode::BAD_REQUEST, "not JSON").into_response();
+        return status(StatusCode::BAD_REQUEST, "BadRequest", "not JSON".into());
     };
-    let mut store = shared.0.lock().unwrap();
-    store.version += 1;
-    let version = store.version.to_string();
-    let Some(gpu) = store.gpus.get_mut(&name) else {
+    let mut store = lock(&shared);
+    let Some(mut gpu) = store.gpus.get(&name).cloned() else {
         return not_found(&format!("gpus.tessera.dev \"{name}\""));
     };
     gpu["status"] = applied["status"].clone();
-    gpu["metadata"]["resourceVersion"] = json!(version);
-    Json(gpu.clone()).into_response()
+    let event = store.record(Kind::Gpus, "MODIFIED", &mut gpu);
+    store.gpus.insert(name, gpu.clone());
+    drop(store);
+    let _ = shared.1.send(event);
+    Json(gpu).into_response()
 }
 
 async fn delete_gpu(State(shared): State<Shared>, Path(name): Path<String>) -> Response {
-    match shared.0.lock().unwrap().gpus.remove(&name) {
-        Some(gpu) => Json(gpu).into_response(),
+    let mut store = lock(&shared);
+    match store.gpus.remove(&name) {
+        Some(mut gpu) => {
+            let event = store.record(Kind::Gpus, "DELETED", &mut gpu);
+            drop(store);
+            let _ = shared.1.send(event);
+            Json(gpu).into_response()
+        }
         None => not_found(&format!("gpus.tessera.dev \"{name}\"")),
     }
 }
