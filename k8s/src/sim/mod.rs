@@ -22,6 +22,9 @@ use std::time::{Duration, Instant};
 /// The memory of each simulated card: an A100-40GB's.
 pub const CARD_MEMORY: u64 = 40 * MEMORY_UNIT;
 
+/// How long a killed extender stays down.
+const RESTART_GAP: Duration = Duration::from_millis(300);
+
 /// A pod as a test writes it: the two requests, annotations and a `spec.priority`.
 #[derive(Debug, Clone, Default)]
 pub struct PodSpec {
@@ -133,12 +136,17 @@ impl SimCluster {
     }
 
     /// Kills the extender and starts a new one on the same address; returns once it has
-    /// read the cluster.
+    /// read the cluster. The new one starts a moment after the old one dies, as a restarted
+    /// pod does: what the old one had sent has reached the API server by then.
     pub async fn restart_extender(&self) -> Result<(), String> {
+        let addr = {
+            let mut extender = lock(&self.extender);
+            extender.kill();
+            extender.addr
+        };
+        tokio::time::sleep(RESTART_GAP).await;
         {
             let mut extender = lock(&self.extender);
-            let addr = extender.addr;
-            extender.kill();
             *extender = SimExtender::start(addr, self.config.clone(), self.api.client())
                 .map_err(|e| format!("cannot restart the extender on {addr}: {e}"))?;
         }
