@@ -50,6 +50,9 @@ pub fn choose_cards(
     best.map(|(c, _)| vec![c.uuid.clone()])
 }
 
+/// The weight of the first of two loads in one key.
+const LEXICOGRAPHIC: f64 = 1000.0;
+
 /// How much the node policy likes `node` for `ask` (higher is better), or `None` when the
 /// pod does not fit there.
 pub fn node_key(
@@ -72,13 +75,14 @@ pub fn node_key(
         .filter_map(|uuid| cluster.cards.get(uuid))
         .map(|c| load(c, usage.get(&c.uuid).unwrap_or(&none)))
         .fold(0.0, f64::max);
-    // Loads lie in 0..=2; weighting the first term by 4 keeps the order lexicographic.
+    // Node loads lie in 0..=2 and card loads differ by at least 1/100 (one core) when they
+    // differ at all: weighting the card's by 1000 orders by it first, then by the node's.
     Some(match placement.node {
         Policy::Binpack if placement.card == Policy::Binpack && !ask.is_whole() => {
-            4.0 * card_load + node_load
+            LEXICOGRAPHIC * card_load + node_load
         }
         Policy::Binpack => node_load,
-        Policy::Spread => -(4.0 * card_load + node_load),
+        Policy::Spread => -(LEXICOGRAPHIC * card_load + node_load),
     })
 }
 
