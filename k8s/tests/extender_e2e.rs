@@ -8,7 +8,7 @@ mod support;
 
 use std::time::Duration;
 use support::fake_kubelet::PodAsk;
-use support::{wait_until, Cluster, GIB, NODE};
+use support::{container_of, wait_until, Cluster, GIB, NODE};
 use tessera_k8s::extender::policy::Config;
 use tessera_k8s::ids::DeviceId;
 use tessera_k8s::sim::extender::SimExtender;
@@ -95,11 +95,10 @@ async fn pods_placed_by_the_extender_run_on_their_cards_with_their_caps() {
     let containers = cluster.containers().await;
     assert_eq!(containers.len(), 4);
     for (name, core, memory_gib, uuid, got) in &admitted {
-        let region = &got.core.envs["TESSERA_REGION"];
         let container = containers
             .iter()
-            .find(|c| c.region.to_str() == Some(region.as_str()))
-            .unwrap_or_else(|| panic!("{name}: no container with region {region}"));
+            .find(|c| c.spec.name.as_str() == container_of(&got.core))
+            .unwrap_or_else(|| panic!("{name}: no container {}", container_of(&got.core)));
         assert_eq!(container.spec.gpus.as_slice(), &[index_of(uuid)], "{name}");
         assert_eq!(
             container.spec.memory.map(|m| m.0),
@@ -116,11 +115,21 @@ async fn pods_placed_by_the_extender_run_on_their_cards_with_their_caps() {
     // Real processes from the Allocate answers: each allocates until its cap stops it.
     let runs: Vec<_> = admitted
         .iter()
-        .map(|(name, _, memory_gib, uuid, got)| {
+        .map(|(name, _, memory_gib, _, got)| {
+            // The region the answer mounts, at its host path: what the container would see.
+            let in_container = &got.core.envs["TESSERA_REGION"];
+            let region = got
+                .core
+                .mounts
+                .iter()
+                .find(|m| &m.container_path == in_container)
+                .map(|m| m.host_path.clone())
+                .unwrap_or_else(|| panic!("{name}: the answer does not mount {in_container}"));
             let mut cmd = cluster.sim.command(&artifacts().gpuload);
             cmd.env("LD_PRELOAD", &artifacts().libtessera)
-                .envs(&got.core.envs)
-                .args(["alloc", "--device", &index_of(uuid).to_string()]);
+                .env("TESSERA_REGION", region)
+                // The container sees its own card only: ordinal 0.
+                .args(["alloc", "--device", "0"]);
             let name = name.to_string();
             let cap = memory_gib * GIB;
             std::thread::spawn(move || {
