@@ -316,3 +316,35 @@ async fn binpack_is_within_one_card_of_the_optimum_on_small_cases() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_and_card_levels_follow_their_own_policy_per_pod() {
+    // Packed nodes, spread cards: one node takes every pod, evenly over its four cards.
+    let cluster = SimCluster::start(4, 4, Config::default()).await.unwrap();
+    let pod = |node: &str, card: &str| PodSpec {
+        core: 10,
+        memory_gib: 1,
+        annotations: vec![
+            ("tessera.dev/node-policy".into(), node.into()),
+            ("tessera.dev/card-policy".into(), card.into()),
+        ],
+        ..Default::default()
+    };
+    let pods = vec![pod("binpack", "spread"); 24];
+    let outcomes = run_and_check(&cluster, &pods).await;
+    assert_eq!(placed(&outcomes), 24);
+    for (node, index, core, _, _) in cluster.cards() {
+        let expected = if node == "node-00" { 60 } else { 0 };
+        assert_eq!(core, expected, "{node}/{index}");
+    }
+
+    // Spread nodes, packed cards: every node takes six pods, all on its first card.
+    let cluster = SimCluster::start(4, 4, Config::default()).await.unwrap();
+    let pods = vec![pod("spread", "binpack"); 24];
+    let outcomes = run_and_check(&cluster, &pods).await;
+    assert_eq!(placed(&outcomes), 24);
+    for (node, index, core, _, _) in cluster.cards() {
+        let expected = if index == 0 { 60 } else { 0 };
+        assert_eq!(core, expected, "{node}/{index}");
+    }
+}
