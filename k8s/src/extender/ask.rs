@@ -18,7 +18,7 @@ pub struct Ask {
 impl Ask {
     /// Whether it asks whole cards (a multiple of 100 core).
     pub fn is_whole(&self) -> bool {
-        self.core >= CORES_PER_GPU && self.core % CORES_PER_GPU == 0
+        crate::plugin::allocate::is_whole(self.core as usize)
     }
 
     /// How many cards it takes.

@@ -36,9 +36,11 @@ pub fn victims(
         // Lowest priority first, then the largest, so that few go.
         holders.sort_by(|(_, a), (_, b)| {
             let size = |h: &super::cluster::Holder| {
-                let mut one = Used::default();
-                one.core = h.ask.core;
-                one.memory = h.ask.memory;
+                let one = Used {
+                    core: h.ask.core,
+                    memory: h.ask.memory,
+                    pods: 1,
+                };
                 load(card, &one)
             };
             a.priority
