@@ -160,19 +160,23 @@ impl Cluster {
         self.assumed.retain(|_, (_, until)| *until > now);
     }
 
+    /// Every pod that counts now: the bound ones, and the assumed ones not seen bound yet
+    /// whose TTL has not run out.
+    fn live(&self, now: Instant) -> impl Iterator<Item = (&String, &Holder)> {
+        self.bound.iter().chain(
+            self.assumed
+                .iter()
+                .filter(move |(uid, (_, until))| *until > now && !self.bound.contains_key(*uid))
+                .map(|(uid, (holder, _))| (uid, holder)),
+        )
+    }
+
     /// What is taken of each card now, leaving out the pod `except` (a pod being scheduled
     /// again must not compete with its own earlier placement).
     pub fn usage(&self, now: Instant, except: Option<&str>) -> Usage {
         let mut usage = Usage::new();
         let live = self
-            .bound
-            .iter()
-            .chain(
-                self.assumed
-                    .iter()
-                    .filter(|(uid, (_, until))| *until > now && !self.bound.contains_key(*uid))
-                    .map(|(uid, (holder, _))| (uid, holder)),
-            )
+            .live(now)
             .filter(|(uid, _)| Some(uid.as_str()) != except);
         for (_, holder) in live {
             for uuid in &holder.cards {
@@ -188,14 +192,7 @@ impl Cluster {
 
     /// The holders of one card (bound and assumed), with their UIDs.
     pub fn holders_of<'a>(&'a self, uuid: &'a str, now: Instant) -> Vec<(&'a str, &'a Holder)> {
-        self.bound
-            .iter()
-            .chain(
-                self.assumed
-                    .iter()
-                    .filter(|(uid, (_, until))| *until > now && !self.bound.contains_key(*uid))
-                    .map(|(uid, (holder, _))| (uid, holder)),
-            )
+        self.live(now)
             .filter(|(_, h)| h.cards.iter().any(|c| c == uuid))
             .map(|(uid, h)| (uid.as_str(), h))
             .collect()

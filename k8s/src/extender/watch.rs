@@ -88,22 +88,14 @@ pub async fn follow(extender: Arc<Extender>, kube: kube::Client) {
 
 async fn follow_gpus(progress: Arc<Progress>, api: Api<GPU>) {
     loop {
-        let listed = match api.list(&ListParams::default()).await {
-            Ok(list) => list,
-            Err(e) => {
-                crate::log::warn(&format!("cannot list the GPU objects: {e}"));
-                tokio::time::sleep(RETRY).await;
-                continue;
-            }
-        };
-        let version = listed.metadata.resource_version.clone().unwrap_or_default();
+        let (listed, version) = list(&api, "the GPU objects").await;
         {
             let mut state = progress
                 .extender
                 .state
                 .lock()
                 .unwrap_or_else(|p| p.into_inner());
-            state.set_cards(listed.items.iter().map(card_of));
+            state.set_cards(listed.iter().map(card_of));
         }
         progress.listed(0b01);
         let watched = watch(&api, &version, |event| {
@@ -129,22 +121,14 @@ async fn follow_gpus(progress: Arc<Progress>, api: Api<GPU>) {
 async fn follow_pods(progress: Arc<Progress>, api: Api<Pod>) {
     let mut first = true;
     loop {
-        let listed = match api.list(&ListParams::default()).await {
-            Ok(list) => list,
-            Err(e) => {
-                crate::log::warn(&format!("cannot list pods: {e}"));
-                tokio::time::sleep(RETRY).await;
-                continue;
-            }
-        };
-        let version = listed.metadata.resource_version.clone().unwrap_or_default();
+        let (listed, version) = list(&api, "pods").await;
         {
             let extender = &progress.extender;
             let mut state = extender.state.lock().unwrap_or_else(|p| p.into_inner());
             state.bound.clear();
             let until = Instant::now() + extender.config.assume_ttl();
             let mut rebuilt = 0;
-            for (uid, holder, bound) in listed.items.iter().filter_map(holder_of) {
+            for (uid, holder, bound) in listed.iter().filter_map(holder_of) {
                 if bound {
                     state.put_bound(&uid, holder);
                 } else if first && !state.assumed.contains_key(&uid) {
@@ -191,6 +175,26 @@ async fn follow_pods(progress: Arc<Progress>, api: Api<Pod>) {
             crate::log::debug(&format!("the pod watch ended ({e}); listing again"));
         }
         tokio::time::sleep(RETRY / 10).await;
+    }
+}
+
+/// Lists every object, trying again until the API server answers; the items and the version
+/// to watch from.
+async fn list<K>(api: &Api<K>, what: &str) -> (Vec<K>, String)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    loop {
+        match api.list(&ListParams::default()).await {
+            Ok(list) => {
+                let version = list.metadata.resource_version.clone().unwrap_or_default();
+                return (list.items, version);
+            }
+            Err(e) => {
+                crate::log::warn(&format!("cannot list {what}: {e}"));
+                tokio::time::sleep(RETRY).await;
+            }
+        }
     }
 }
 

@@ -51,6 +51,36 @@ impl Store {
 
 type Shared = Arc<(Mutex<Store>, broadcast::Sender<(u64, Kind, Value)>)>;
 
+/// Stores a GPU object as changed, records the change and tells the watchers.
+fn commit_gpu(
+    shared: &Shared,
+    mut store: MutexGuard<'_, Store>,
+    name: String,
+    mut gpu: Value,
+    event_type: &str,
+) -> Value {
+    let event = store.record(Kind::Gpus, event_type, &mut gpu);
+    store.gpus.insert(name, gpu.clone());
+    drop(store);
+    let _ = shared.1.send(event);
+    gpu
+}
+
+/// The same for a pod.
+fn commit_pod(
+    shared: &Shared,
+    mut store: MutexGuard<'_, Store>,
+    key: (String, String),
+    mut pod: Value,
+    event_type: &str,
+) -> Value {
+    let event = store.record(Kind::Pods, event_type, &mut pod);
+    store.pods.insert(key, pod.clone());
+    drop(store);
+    let _ = shared.1.send(event);
+    pod
+}
+
 /// The server.
 pub struct FakeApi {
     /// Where it listens.
@@ -143,7 +173,7 @@ impl FakeApi {
 
     /// Creates or replaces a pod object as given (its `metadata.namespace` and `name` say
     /// which).
-    pub fn create_pod(&self, mut pod: Value) {
+    pub fn create_pod(&self, pod: Value) {
         let key = (
             pod["metadata"]["namespace"]
                 .as_str()
@@ -154,16 +184,13 @@ impl FakeApi {
                 .unwrap_or_default()
                 .to_string(),
         );
-        let mut store = self.store();
+        let store = self.store();
         let kind = if store.pods.contains_key(&key) {
             "MODIFIED"
         } else {
             "ADDED"
         };
-        let event = store.record(Kind::Pods, kind, &mut pod);
-        store.pods.insert(key, pod);
-        drop(store);
-        self.publish(event);
+        commit_pod(&self.shared, store, key, pod, kind);
     }
 
     /// Deletes a pod.
@@ -210,17 +237,14 @@ impl FakeApi {
 
     /// Stores a GPU object as another writer left it.
     pub fn put_gpu(&self, name: &str, mut gpu: Value) {
-        let mut store = self.store();
+        let store = self.store();
         let kind = if store.gpus.contains_key(name) {
             "MODIFIED"
         } else {
             "ADDED"
         };
         gpu["metadata"]["name"] = json!(name);
-        let event = store.record(Kind::Gpus, kind, &mut gpu);
-        store.gpus.insert(name.to_string(), gpu);
-        drop(store);
-        self.publish(event);
+        commit_gpu(&self.shared, store, name.to_string(), gpu, kind);
     }
 
     /// Every GPU object, by name.
@@ -283,17 +307,13 @@ async fn patch_pod(
     let Ok(changes) = serde_json::from_slice::<Value>(&body) else {
         return status(StatusCode::BAD_REQUEST, "BadRequest", "not JSON".into());
     };
-    let mut store = lock(&shared);
+    let store = lock(&shared);
     let key = (ns, name.clone());
     let Some(mut pod) = store.pods.get(&key).cloned() else {
         return not_found(&format!("pods \"{name}\""));
     };
     merge(&mut pod, &changes);
-    let event = store.record(Kind::Pods, "MODIFIED", &mut pod);
-    store.pods.insert(key, pod.clone());
-    drop(store);
-    let _ = shared.1.send(event);
-    Json(pod).into_response()
+    Json(commit_pod(&shared, store, key, pod, "MODIFIED")).into_response()
 }
 
 async fn bind_pod(
@@ -347,10 +367,7 @@ async fn bind_pod(
         );
     }
     pod["spec"]["nodeName"] = json!(node);
-    let event = store.record(Kind::Pods, "MODIFIED", &mut pod);
-    store.pods.insert(key, pod);
-    drop(store);
-    let _ = shared.1.send(event);
+    commit_pod(&shared, store, key, pod, "MODIFIED");
     (
         StatusCode::CREATED,
         Json(json!({"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201})),
@@ -483,22 +500,15 @@ async fn apply_gpu(
     let Ok(applied) = serde_json::from_slice::<Value>(&body) else {
         return status(StatusCode::BAD_REQUEST, "BadRequest", "not JSON".into());
     };
-    let mut store = lock(&shared);
+    let store = lock(&shared);
     let existed = store.gpus.contains_key(&name);
     let mut gpu = store.gpus.get(&name).cloned().unwrap_or_else(|| json!({}));
     gpu["apiVersion"] = applied["apiVersion"].clone();
     gpu["kind"] = applied["kind"].clone();
     gpu["metadata"] = json!({"name": name});
     gpu["spec"] = applied["spec"].clone();
-    let event = store.record(
-        Kind::Gpus,
-        if existed { "MODIFIED" } else { "ADDED" },
-        &mut gpu,
-    );
-    store.gpus.insert(name, gpu.clone());
-    drop(store);
-    let _ = shared.1.send(event);
-    Json(gpu).into_response()
+    let kind = if existed { "MODIFIED" } else { "ADDED" };
+    Json(commit_gpu(&shared, store, name, gpu, kind)).into_response()
 }
 
 async fn apply_gpu_status(
@@ -509,16 +519,12 @@ async fn apply_gpu_status(
     let Ok(applied) = serde_json::from_slice::<Value>(&body) else {
         return status(StatusCode::BAD_REQUEST, "BadRequest", "not JSON".into());
     };
-    let mut store = lock(&shared);
+    let store = lock(&shared);
     let Some(mut gpu) = store.gpus.get(&name).cloned() else {
         return not_found(&format!("gpus.tessera.dev \"{name}\""));
     };
     gpu["status"] = applied["status"].clone();
-    let event = store.record(Kind::Gpus, "MODIFIED", &mut gpu);
-    store.gpus.insert(name, gpu.clone());
-    drop(store);
-    let _ = shared.1.send(event);
-    Json(gpu).into_response()
+    Json(commit_gpu(&shared, store, name, gpu, "MODIFIED")).into_response()
 }
 
 async fn delete_gpu(State(shared): State<Shared>, Path(name): Path<String>) -> Response {

@@ -83,6 +83,18 @@ pub struct SimCluster {
     conflicts: Mutex<Vec<String>>,
 }
 
+/// Writes the GPU objects of these cards of a node, as its device plugin does.
+fn publish(api: &FakeApi, node: &SimNode, cards: impl IntoIterator<Item = usize>) {
+    for index in cards {
+        let object = node.object(index);
+        let name = object["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        api.put_gpu(&name, object);
+    }
+}
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -95,14 +107,7 @@ impl SimCluster {
         let mut sims = BTreeMap::new();
         for n in 0..nodes {
             let node = SimNode::new(&format!("node-{n:02}"), cards, CARD_MEMORY);
-            for index in 0..node.cards.len() {
-                let object = node.object(index);
-                let name = object["metadata"]["name"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_string();
-                api.put_gpu(&name, object);
-            }
+            publish(&api, &node, 0..node.cards.len());
             sims.insert(node.name.clone(), node);
         }
         let extender = SimExtender::start(
@@ -196,16 +201,7 @@ impl SimCluster {
             return;
         };
         match sim.admit(&pod) {
-            Ok(changed) => {
-                for index in changed {
-                    let object = sim.object(index);
-                    let name = object["metadata"]["name"]
-                        .as_str()
-                        .unwrap_or_default()
-                        .to_string();
-                    self.api.put_gpu(&name, object);
-                }
-            }
+            Ok(changed) => publish(&self.api, sim, changed),
             Err(e) => lock(&self.conflicts).push(e),
         }
     }
@@ -220,14 +216,8 @@ impl SimCluster {
         if let Some(node) = node {
             let mut nodes = lock(&self.nodes);
             if let Some(sim) = nodes.get_mut(&node) {
-                for index in sim.release(&format!("{namespace}/{name}")) {
-                    let object = sim.object(index);
-                    let name = object["metadata"]["name"]
-                        .as_str()
-                        .unwrap_or_default()
-                        .to_string();
-                    self.api.put_gpu(&name, object);
-                }
+                let changed = sim.release(&format!("{namespace}/{name}"));
+                publish(&self.api, sim, changed);
             }
         }
     }
