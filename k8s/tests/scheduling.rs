@@ -256,6 +256,11 @@ async fn pods_together_with_failing_binds_and_a_restart_never_share_a_card_twice
         placed(&outcomes),
         cluster.api.bindings_refused()
     );
+    for (i, outcome) in outcomes.iter().enumerate() {
+        if let Outcome::Unschedulable(why) = outcome {
+            eprintln!("p{i:03} ({} core): {why}", pods[i].core);
+        }
+    }
 }
 
 /// The fewest cards that hold these shares (core, GiB), by trying every assignment.
