@@ -237,3 +237,24 @@ async fn bad_input_gets_a_clear_error_never_a_crash() {
     let (_, answer) = post(&scheduler, "filter", &names).await;
     assert_eq!(answer, golden("filter-result-names.json"));
 }
+
+#[test]
+fn the_command_refuses_a_config_it_cannot_use_in_one_line() {
+    let dir = std::env::temp_dir().join(format!("tk-extender-config-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("extender.yaml");
+    std::fs::write(&config, "online: {node: tightest, card: spread}\n").unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tessera-k8s"))
+        .args(["extender", "--listen", "127.0.0.1:0", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("extender config") && stderr.contains("tightest"),
+        "{stderr}"
+    );
+}
