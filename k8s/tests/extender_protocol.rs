@@ -121,8 +121,9 @@ async fn each_verb_reads_what_kube_scheduler_sends_and_answers_what_it_accepts()
         "GPU-aaaa0001"
     );
     // The card counts at once: a second pod like it is not given the same room twice.
-    let used = extender.state.lock().unwrap().usage(Instant::now(), None);
-    assert_eq!(used["GPU-aaaa0001"].core, 30);
+    let state = extender.state.lock().unwrap();
+    assert_eq!(state.usage(None).get("GPU-aaaa0001").core, 30);
+    drop(state);
 
     // A bind the extender cannot honour is an Error in the answer, not a failed call.
     let mut ghost = golden("bind-args.json");

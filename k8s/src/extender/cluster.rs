@@ -8,6 +8,7 @@
 
 use super::ask::Ask;
 use crate::ids::{CORES_PER_GPU, MEMORY_UNIT};
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::time::Instant;
 
@@ -63,6 +64,17 @@ impl Used {
         self.pods += 1;
     }
 
+    fn remove(&mut self, ask: &Ask, card_memory: u64) {
+        let (core, memory) = if ask.is_whole() {
+            (CORES_PER_GPU, card_memory)
+        } else {
+            (ask.core, ask.memory)
+        };
+        self.core = self.core.saturating_sub(core);
+        self.memory = self.memory.saturating_sub(memory);
+        self.pods = self.pods.saturating_sub(1);
+    }
+
     /// Whether nothing holds the card.
     pub fn is_empty(&self) -> bool {
         self.pods == 0
@@ -70,61 +82,124 @@ impl Used {
 }
 
 /// The cluster as the extender sees it.
+///
+/// What each card has taken is kept as pods come and go (not summed at every call), so that
+/// a verb over a thousand nodes reads one entry per card.
 #[derive(Debug, Default)]
 pub struct Cluster {
     /// Every card, by UUID.
     pub cards: BTreeMap<String, Card>,
     /// Bound pods holding cards, by UID.
-    pub bound: HashMap<String, Holder>,
+    bound: HashMap<String, Holder>,
     /// Placements made at bind (or read back from annotations after a restart), by UID, with
-    /// when they stop counting.
-    pub assumed: HashMap<String, (Holder, Instant)>,
-    /// Node → its cards' UUIDs, by index.
-    nodes: BTreeMap<String, Vec<String>>,
+    /// when they stop counting. One whose pod is also in `bound` does not count.
+    assumed: HashMap<String, (Holder, Instant)>,
+    /// Node → its cards, by index.
+    nodes: HashMap<String, Vec<Card>>,
+    /// Card UUID → what the counted pods take of it.
+    taken: HashMap<String, Used>,
 }
 
-/// Card UUID → what is taken of it.
-pub type Usage = HashMap<String, Used>;
+/// What is taken of each card, as one verb sees it: the cluster's count, less the pod being
+/// placed (a pod scheduled again must not compete with its own earlier placement).
+#[derive(Debug, Clone, Default)]
+pub struct Usage<'a> {
+    taken: Cow<'a, HashMap<String, Used>>,
+    less: HashMap<String, Used>,
+}
+
+impl Usage<'_> {
+    /// What is taken of a card.
+    pub fn get(&self, uuid: &str) -> Used {
+        let mut used = self.taken.get(uuid).copied().unwrap_or_default();
+        if let Some(less) = self.less.get(uuid) {
+            used.core = used.core.saturating_sub(less.core);
+            used.memory = used.memory.saturating_sub(less.memory);
+            used.pods = used.pods.saturating_sub(less.pods);
+        }
+        used
+    }
+}
+
+impl From<HashMap<String, Used>> for Usage<'static> {
+    fn from(taken: HashMap<String, Used>) -> Usage<'static> {
+        Usage {
+            taken: Cow::Owned(taken),
+            less: HashMap::new(),
+        }
+    }
+}
 
 impl Cluster {
     /// Sets the cards (all of them, as listed or watched).
     pub fn set_cards(&mut self, cards: impl IntoIterator<Item = Card>) {
         self.cards = cards.into_iter().map(|c| (c.uuid.clone(), c)).collect();
-        self.index_nodes();
+        self.reindex();
     }
 
     /// Adds or changes one card.
     pub fn put_card(&mut self, card: Card) {
         self.cards.insert(card.uuid.clone(), card);
-        self.index_nodes();
+        self.reindex();
     }
 
     /// Removes one card.
     pub fn remove_card(&mut self, uuid: &str) {
         self.cards.remove(uuid);
-        self.index_nodes();
+        self.reindex();
     }
 
-    fn index_nodes(&mut self) {
+    /// Rebuilds the node index and the counts (cards change seldom; a whole card's memory
+    /// depends on them).
+    fn reindex(&mut self) {
         self.nodes.clear();
         for card in self.cards.values() {
             self.nodes
                 .entry(card.node.clone())
                 .or_default()
-                .push(card.uuid.clone());
+                .push(card.clone());
         }
-        for uuids in self.nodes.values_mut() {
-            uuids.sort_by_key(|u| self_index(&self.cards, u));
+        for cards in self.nodes.values_mut() {
+            cards.sort_by_key(|c| c.index);
+        }
+        self.recount();
+    }
+
+    fn recount(&mut self) {
+        let mut taken = HashMap::new();
+        let counted = self.bound.values().chain(
+            self.assumed
+                .iter()
+                .filter(|(uid, _)| !self.bound.contains_key(*uid))
+                .map(|(_, (holder, _))| holder),
+        );
+        for holder in counted {
+            for uuid in &holder.cards {
+                let memory = self.cards.get(uuid).map_or(0, |c| c.memory);
+                taken
+                    .entry(uuid.clone())
+                    .or_insert_with(Used::default)
+                    .add(&holder.ask, memory);
+            }
+        }
+        self.taken = taken;
+    }
+
+    fn count(&mut self, holder: &Holder, counts: bool) {
+        for uuid in &holder.cards {
+            let memory = self.cards.get(uuid).map_or(0, |c| c.memory);
+            let used = self.taken.entry(uuid.clone()).or_default();
+            if counts {
+                used.add(&holder.ask, memory);
+            } else {
+                used.remove(&holder.ask, memory);
+            }
         }
     }
 
     /// The cards of a node, by index.
     pub fn node_cards(&self, node: &str) -> impl Iterator<Item = &Card> {
-        self.nodes
-            .get(node)
-            .into_iter()
-            .flatten()
-            .filter_map(|uuid| self.cards.get(uuid))
+        self.nodes.get(node).into_iter().flatten()
     }
 
     /// The nodes that have cards.
@@ -132,32 +207,98 @@ impl Cluster {
         self.nodes.keys().map(String::as_str)
     }
 
-    /// Records that a pod was chosen cards at bind; it counts until `now + ttl` or until it
-    /// is seen bound.
+    /// Records that a pod was chosen cards at bind; it counts until `until` or until it is
+    /// seen bound.
     pub fn assume(&mut self, uid: &str, holder: Holder, until: Instant) {
-        self.assumed.insert(uid.to_string(), (holder, until));
+        let bound = self.bound.contains_key(uid);
+        if !bound {
+            self.count(&holder, true);
+        }
+        if let Some((old, _)) = self.assumed.insert(uid.to_string(), (holder, until)) {
+            if !bound {
+                self.count(&old, false);
+            }
+        }
     }
 
-    /// Forgets an assumption (its bind failed).
+    /// Whether a pod's placement is assumed.
+    pub fn is_assumed(&self, uid: &str) -> bool {
+        self.assumed.contains_key(uid)
+    }
+
+    /// Forgets an assumption (its bind failed, or its TTL ran out).
     pub fn forget(&mut self, uid: &str) {
-        self.assumed.remove(uid);
+        if let Some((old, _)) = self.assumed.remove(uid) {
+            if !self.bound.contains_key(uid) {
+                self.count(&old, false);
+            }
+        }
     }
 
     /// A pod seen bound with its cards: it counts from here on, no longer as assumed.
     pub fn put_bound(&mut self, uid: &str, holder: Holder) {
-        self.assumed.remove(uid);
+        self.unbind(uid);
+        self.forget(uid);
+        self.count(&holder, true);
         self.bound.insert(uid.to_string(), holder);
+    }
+
+    /// A pod no longer seen bound with cards (its assumption, if any, counts again).
+    pub fn unbind(&mut self, uid: &str) {
+        if let Some(old) = self.bound.remove(uid) {
+            self.count(&old, false);
+            if let Some((assumed, _)) = self.assumed.get(uid).cloned() {
+                self.count(&assumed, true);
+            }
+        }
+    }
+
+    /// Forgets every bound pod (before a fresh list).
+    pub fn clear_bound(&mut self) {
+        self.bound.clear();
+        self.recount();
     }
 
     /// A pod gone, finished or no longer holding cards.
     pub fn remove_pod(&mut self, uid: &str) {
-        self.bound.remove(uid);
-        self.assumed.remove(uid);
+        self.unbind(uid);
+        self.forget(uid);
     }
 
     /// Drops assumptions past their TTL.
     pub fn expire(&mut self, now: Instant) {
-        self.assumed.retain(|_, (_, until)| *until > now);
+        let expired: Vec<String> = self
+            .assumed
+            .iter()
+            .filter(|(_, (_, until))| *until <= now)
+            .map(|(uid, _)| uid.clone())
+            .collect();
+        for uid in expired {
+            self.forget(&uid);
+        }
+    }
+
+    /// What is taken of each card, leaving out the pod `except`. Call [`Cluster::expire`]
+    /// first: assumptions past their TTL count until it runs.
+    pub fn usage(&self, except: Option<&str>) -> Usage<'_> {
+        let mut less = HashMap::new();
+        let own = except.and_then(|uid| {
+            self.bound
+                .get(uid)
+                .or_else(|| self.assumed.get(uid).map(|(holder, _)| holder))
+        });
+        if let Some(holder) = own {
+            for uuid in &holder.cards {
+                let memory = self.cards.get(uuid).map_or(0, |c| c.memory);
+                less.entry(uuid.clone())
+                    .or_insert_with(Used::default)
+                    .add(&holder.ask, memory);
+            }
+        }
+        Usage {
+            taken: Cow::Borrowed(&self.taken),
+            less,
+        }
     }
 
     /// Every pod that counts now: the bound ones, and the assumed ones not seen bound yet
@@ -171,25 +312,6 @@ impl Cluster {
         )
     }
 
-    /// What is taken of each card now, leaving out the pod `except` (a pod being scheduled
-    /// again must not compete with its own earlier placement).
-    pub fn usage(&self, now: Instant, except: Option<&str>) -> Usage {
-        let mut usage = Usage::new();
-        let live = self
-            .live(now)
-            .filter(|(uid, _)| Some(uid.as_str()) != except);
-        for (_, holder) in live {
-            for uuid in &holder.cards {
-                let memory = self.cards.get(uuid).map_or(0, |c| c.memory);
-                usage
-                    .entry(uuid.clone())
-                    .or_default()
-                    .add(&holder.ask, memory);
-            }
-        }
-        usage
-    }
-
     /// The holders of one card (bound and assumed), with their UIDs.
     pub fn holders_of<'a>(&'a self, uuid: &'a str, now: Instant) -> Vec<(&'a str, &'a Holder)> {
         self.live(now)
@@ -197,10 +319,6 @@ impl Cluster {
             .map(|(uid, h)| (uid.as_str(), h))
             .collect()
     }
-}
-
-fn self_index(cards: &BTreeMap<String, Card>, uuid: &str) -> u32 {
-    cards.get(uuid).map_or(u32::MAX, |c| c.index)
 }
 
 /// How full a card is, 0 (empty) to 2 (all its core and all its memory).
@@ -233,8 +351,7 @@ pub fn why_not(cluster: &Cluster, node: &str, ask: &Ask, usage: &Usage) -> Optio
             cards.len()
         ));
     }
-    let none = Used::default();
-    let used = |c: &Card| usage.get(&c.uuid).copied().unwrap_or(none);
+    let used = |c: &Card| usage.get(&c.uuid);
     if ask.is_whole() {
         let empty = healthy.iter().filter(|c| used(c).is_empty()).count();
         if healthy.len() < ask.cards() {
@@ -285,4 +402,60 @@ pub fn why_not(cluster: &Cluster, node: &str, ask: &Ask, usage: &Usage) -> Optio
         most.0,
         most.1 / MEMORY_UNIT
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn counts_kept_along_the_way_equal_counts_made_afresh() {
+        let mut cluster = Cluster::default();
+        cluster.set_cards((0..3).map(|index| Card {
+            uuid: format!("GPU-{index}"),
+            node: "a".into(),
+            index,
+            memory: 40 * MEMORY_UNIT,
+            healthy: true,
+        }));
+        let start = Instant::now();
+        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+        for step in 0..2000u32 {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            let uid = format!("u{}", seed % 7);
+            let card = format!("GPU-{}", (seed >> 8) % 3);
+            let core = if (seed >> 16) % 5 == 0 { 100 } else { 10 };
+            let holder = Holder {
+                pod: uid.clone(),
+                cards: vec![card],
+                ask: Ask {
+                    core,
+                    memory: MEMORY_UNIT,
+                },
+                priority: 0,
+            };
+            let now = start + Duration::from_millis(u64::from(step));
+            match (seed >> 24) % 6 {
+                0 => cluster.assume(&uid, holder, now + Duration::from_millis(30)),
+                1 => cluster.put_bound(&uid, holder),
+                2 => cluster.forget(&uid),
+                3 => cluster.unbind(&uid),
+                4 => cluster.remove_pod(&uid),
+                _ => cluster.expire(now),
+            }
+            let kept = cluster.taken.clone();
+            cluster.recount();
+            let fresh = &cluster.taken;
+            for uuid in cluster.cards.keys() {
+                let (a, b) = (
+                    kept.get(uuid).copied().unwrap_or_default(),
+                    fresh.get(uuid).copied().unwrap_or_default(),
+                );
+                assert_eq!(a, b, "step {step}: {uuid}");
+            }
+        }
+    }
 }

@@ -8,7 +8,7 @@
 //! chosen card is emptiest now, then the emptiest node, so that load is even card by card.
 
 use super::ask::Ask;
-use super::cluster::{load, share_fits, Card, Cluster, Usage, Used};
+use super::cluster::{load, share_fits, Card, Cluster, Usage};
 use super::policy::{Placement, Policy};
 use super::protocol::MAX_SCORE;
 
@@ -20,8 +20,7 @@ pub fn choose_cards(
     policy: Policy,
     usage: &Usage,
 ) -> Option<Vec<String>> {
-    let none = Used::default();
-    let used = |c: &Card| usage.get(&c.uuid).copied().unwrap_or(none);
+    let used = |c: &Card| usage.get(&c.uuid);
     if ask.is_whole() {
         let empty: Vec<&Card> = cluster
             .node_cards(node)
@@ -63,17 +62,16 @@ pub fn node_key(
     usage: &Usage,
 ) -> Option<f64> {
     let chosen = choose_cards(cluster, node, ask, placement.card, usage)?;
-    let none = Used::default();
     let cards: Vec<&Card> = cluster.node_cards(node).filter(|c| c.healthy).collect();
     let node_load = cards
         .iter()
-        .map(|c| load(c, usage.get(&c.uuid).unwrap_or(&none)))
+        .map(|c| load(c, &usage.get(&c.uuid)))
         .sum::<f64>()
         / cards.len().max(1) as f64;
     let card_load = chosen
         .iter()
         .filter_map(|uuid| cluster.cards.get(uuid))
-        .map(|c| load(c, usage.get(&c.uuid).unwrap_or(&none)))
+        .map(|c| load(c, &usage.get(&c.uuid)))
         .fold(0.0, f64::max);
     // Node loads lie in 0..=2 and card loads differ by at least 1/100 (one core) when they
     // differ at all: weighting the card's by 1000 orders by it first, then by the node's.
@@ -108,6 +106,7 @@ pub fn scores(keys: &[Option<f64>]) -> Vec<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::extender::cluster::Used;
     use crate::ids::MEMORY_UNIT;
 
     fn cluster(nodes: &[(&str, usize)]) -> Cluster {
@@ -138,7 +137,8 @@ mod tests {
         let usage: Usage = [("GPU-a-0", used(60, 4)), ("GPU-a-1", used(20, 4))]
             .into_iter()
             .map(|(k, v)| (k.to_string(), v))
-            .collect();
+            .collect::<std::collections::HashMap<_, _>>()
+            .into();
         let ask = Ask {
             core: 30,
             memory: 4 * MEMORY_UNIT,

@@ -22,7 +22,7 @@ pub fn victims(
     // Per healthy card: the victims that make room there, or None.
     let mut per_card: Vec<Vec<String>> = Vec::new();
     for card in cluster.node_cards(node).filter(|c| c.healthy) {
-        let mut used = usage.get(&card.uuid).copied().unwrap_or_default();
+        let mut used = usage.get(&card.uuid);
         let mut holders = cluster.holders_of(&card.uuid, now);
         let evictable =
             |uid: &str, h: &super::cluster::Holder| allowed.contains(uid) && h.priority < priority;
@@ -109,7 +109,7 @@ mod tests {
         cluster.put_bound("u3", holder(1, 60, 4, 0));
         cluster.put_bound("u4", holder(1, 30, 4, 500));
         let now = Instant::now();
-        let usage = cluster.usage(now, None);
+        let usage = cluster.usage(None);
         let all: BTreeSet<&str> = ["u1", "u2", "u3", "u4"].into();
         // 50 core: one victim frees it on either card; on card 0 (the first) the largest
         // goes, core and memory counted as shares of the card: u2's 40 core and 30 GiB.

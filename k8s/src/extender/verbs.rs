@@ -112,8 +112,9 @@ impl Extender {
             }
             Ok((ask, _)) if ask.is_none() => names.iter().cloned().collect(),
             Ok((ask, _)) => {
-                let state = self.lock();
-                let usage = state.usage(Instant::now(), args.pod.metadata.uid.as_deref());
+                let mut state = self.lock();
+                state.expire(Instant::now());
+                let usage = state.usage(args.pod.metadata.uid.as_deref());
                 names
                     .iter()
                     .filter(|name| match why_not(&state, name, &ask, &usage) {
@@ -151,8 +152,9 @@ impl Extender {
         let keys: Vec<Option<f64>> = if ask.is_none() {
             vec![Some(0.0); names.len()]
         } else {
-            let state = self.lock();
-            let usage = state.usage(Instant::now(), args.pod.metadata.uid.as_deref());
+            let mut state = self.lock();
+            state.expire(Instant::now());
+            let usage = state.usage(args.pod.metadata.uid.as_deref());
             names
                 .iter()
                 .map(|name| node_key(&state, name, &ask, placement, &usage))
@@ -202,7 +204,7 @@ impl Extender {
             let mut state = self.lock();
             let now = Instant::now();
             state.expire(now);
-            let usage = state.usage(now, Some(&uid));
+            let usage = state.usage(Some(&uid));
             cards = choose_cards(&state, &args.node, &ask, placement.card, &usage).ok_or_else(
                 || {
                     let why = why_not(&state, &args.node, &ask, &usage)
@@ -280,9 +282,10 @@ impl Extender {
             .map_err(|why| format!("pod {}: {why}", pod_key(&args.pod)))?;
         let priority = args.pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0);
         let mut result = ExtenderPreemptionResult::default();
-        let state = self.lock();
+        let mut state = self.lock();
         let now = Instant::now();
-        let usage = state.usage(now, args.pod.metadata.uid.as_deref());
+        state.expire(now);
+        let usage = state.usage(args.pod.metadata.uid.as_deref());
         for (node, (uids, pdb)) in proposed {
             let chosen = if ask.is_none() {
                 Some(uids)

@@ -125,13 +125,13 @@ async fn follow_pods(progress: Arc<Progress>, api: Api<Pod>) {
         {
             let extender = &progress.extender;
             let mut state = extender.state.lock().unwrap_or_else(|p| p.into_inner());
-            state.bound.clear();
+            state.clear_bound();
             let until = Instant::now() + extender.config.assume_ttl();
             let mut rebuilt = 0;
             for (uid, holder, bound) in listed.iter().filter_map(holder_of) {
                 if bound {
                     state.put_bound(&uid, holder);
-                } else if first && !state.assumed.contains_key(&uid) {
+                } else if first && !state.is_assumed(&uid) {
                     state.assume(&uid, holder, until);
                     rebuilt += 1;
                 }
@@ -158,7 +158,7 @@ async fn follow_pods(progress: Arc<Progress>, api: Api<Pod>) {
                     Some((_, _, false)) => {}
                     None => {
                         if let Some(uid) = &pod.metadata.uid {
-                            state.bound.remove(uid);
+                            state.unbind(uid);
                         }
                     }
                 },
