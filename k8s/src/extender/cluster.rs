@@ -10,6 +10,7 @@ use super::ask::Ask;
 use crate::ids::{CORES_PER_GPU, MEMORY_UNIT};
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::time::Instant;
 
 /// One card.
@@ -81,6 +82,34 @@ impl Used {
     }
 }
 
+/// FNV-1a, for the per-card counts: card UUIDs are short and come from the cluster's own
+/// GPU objects, so a cheap hash serves a verb over thousands of cards better than SipHash's
+/// defence against chosen keys.
+#[derive(Debug, Clone, Copy)]
+pub struct Fnv(u64);
+
+impl Default for Fnv {
+    fn default() -> Fnv {
+        Fnv(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl Hasher for Fnv {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for byte in bytes {
+            self.0 ^= u64::from(*byte);
+            self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+}
+
+/// Card UUID → what is taken of it.
+pub type Taken = HashMap<String, Used, BuildHasherDefault<Fnv>>;
+
 /// The cluster as the extender sees it.
 ///
 /// What each card has taken is kept as pods come and go (not summed at every call), so that
@@ -97,14 +126,14 @@ pub struct Cluster {
     /// Node → its cards, by index.
     nodes: HashMap<String, Vec<Card>>,
     /// Card UUID → what the counted pods take of it.
-    taken: HashMap<String, Used>,
+    taken: Taken,
 }
 
 /// What is taken of each card, as one verb sees it: the cluster's count, less the pod being
 /// placed (a pod scheduled again must not compete with its own earlier placement).
 #[derive(Debug, Clone, Default)]
 pub struct Usage<'a> {
-    taken: Cow<'a, HashMap<String, Used>>,
+    taken: Cow<'a, Taken>,
     less: HashMap<String, Used>,
 }
 
@@ -112,6 +141,9 @@ impl Usage<'_> {
     /// What is taken of a card.
     pub fn get(&self, uuid: &str) -> Used {
         let mut used = self.taken.get(uuid).copied().unwrap_or_default();
+        if self.less.is_empty() {
+            return used;
+        }
         if let Some(less) = self.less.get(uuid) {
             used.core = used.core.saturating_sub(less.core);
             used.memory = used.memory.saturating_sub(less.memory);
@@ -124,7 +156,7 @@ impl Usage<'_> {
 impl From<HashMap<String, Used>> for Usage<'static> {
     fn from(taken: HashMap<String, Used>) -> Usage<'static> {
         Usage {
-            taken: Cow::Owned(taken),
+            taken: Cow::Owned(taken.into_iter().collect()),
             less: HashMap::new(),
         }
     }
@@ -166,7 +198,7 @@ impl Cluster {
     }
 
     fn recount(&mut self) {
-        let mut taken = HashMap::new();
+        let mut taken = Taken::default();
         let counted = self.bound.values().chain(
             self.assumed
                 .iter()
@@ -340,6 +372,14 @@ pub fn share_fits(card: &Card, used: &Used, ask: &Ask) -> bool {
 
 /// Why nothing on a node fits `ask`, or `None` when something does.
 pub fn why_not(cluster: &Cluster, node: &str, ask: &Ask, usage: &Usage) -> Option<String> {
+    // The common case first, without gathering anything.
+    if !ask.is_whole()
+        && cluster
+            .node_cards(node)
+            .any(|c| share_fits(c, &usage.get(&c.uuid), ask))
+    {
+        return None;
+    }
     let cards: Vec<&Card> = cluster.node_cards(node).collect();
     if cards.is_empty() {
         return Some("the node has no Tessera GPU (no GPU object names it)".into());

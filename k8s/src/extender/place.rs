@@ -8,9 +8,44 @@
 //! chosen card is emptiest now, then the emptiest node, so that load is even card by card.
 
 use super::ask::Ask;
-use super::cluster::{load, share_fits, Card, Cluster, Usage};
+use super::cluster::{load, share_fits, Card, Cluster, Usage, Used};
 use super::policy::{Placement, Policy};
 use super::protocol::MAX_SCORE;
+
+/// A node's cards, by index, each with what is taken of it: read once per verb and node.
+fn with_use<'a>(cluster: &'a Cluster, node: &str, usage: &Usage) -> Vec<(&'a Card, Used)> {
+    cluster
+        .node_cards(node)
+        .map(|c| (c, usage.get(&c.uuid)))
+        .collect()
+}
+
+/// Which of `cards` (by position) `ask` would take under `policy`.
+fn choose_among(cards: &[(&Card, Used)], ask: &Ask, policy: Policy) -> Option<Vec<usize>> {
+    if ask.is_whole() {
+        let empty: Vec<usize> = (0..cards.len())
+            .filter(|&i| cards[i].0.healthy && cards[i].1.is_empty())
+            .take(ask.cards())
+            .collect();
+        let memory: u64 = empty.iter().map(|&i| cards[i].0.memory).sum();
+        return (empty.len() == ask.cards() && ask.memory <= memory).then_some(empty);
+    }
+    let fitting = (0..cards.len())
+        .filter(|&i| share_fits(cards[i].0, &cards[i].1, ask))
+        .map(|i| (i, load(cards[i].0, &cards[i].1)));
+    // Ties go to the lower index: cards are by index and the first best is kept.
+    let best = match policy {
+        Policy::Binpack => fitting.fold(None, |best: Option<(usize, f64)>, (i, l)| match best {
+            Some((_, b)) if b >= l => best,
+            _ => Some((i, l)),
+        }),
+        Policy::Spread => fitting.fold(None, |best: Option<(usize, f64)>, (i, l)| match best {
+            Some((_, b)) if b <= l => best,
+            _ => Some((i, l)),
+        }),
+    };
+    best.map(|(i, _)| vec![i])
+}
 
 /// The cards of `node` that `ask` would take under `policy`, or `None` when it does not fit.
 pub fn choose_cards(
@@ -20,33 +55,14 @@ pub fn choose_cards(
     policy: Policy,
     usage: &Usage,
 ) -> Option<Vec<String>> {
-    let used = |c: &Card| usage.get(&c.uuid);
-    if ask.is_whole() {
-        let empty: Vec<&Card> = cluster
-            .node_cards(node)
-            .filter(|c| c.healthy && used(c).is_empty())
-            .take(ask.cards())
-            .collect();
-        let enough =
-            empty.len() == ask.cards() && ask.memory <= empty.iter().map(|c| c.memory).sum::<u64>();
-        return enough.then(|| empty.iter().map(|c| c.uuid.clone()).collect());
-    }
-    let fitting = cluster
-        .node_cards(node)
-        .filter(|c| share_fits(c, &used(c), ask))
-        .map(|c| (c, load(c, &used(c))));
-    // Ties go to the lower index: `node_cards` is by index and the first best is kept.
-    let best = match policy {
-        Policy::Binpack => fitting.fold(None, |best: Option<(&Card, f64)>, (c, l)| match best {
-            Some((_, b)) if b >= l => best,
-            _ => Some((c, l)),
-        }),
-        Policy::Spread => fitting.fold(None, |best: Option<(&Card, f64)>, (c, l)| match best {
-            Some((_, b)) if b <= l => best,
-            _ => Some((c, l)),
-        }),
-    };
-    best.map(|(c, _)| vec![c.uuid.clone()])
+    let cards = with_use(cluster, node, usage);
+    let chosen = choose_among(&cards, ask, policy)?;
+    Some(
+        chosen
+            .into_iter()
+            .map(|i| cards[i].0.uuid.clone())
+            .collect(),
+    )
 }
 
 /// The weight of the first of two loads in one key.
@@ -61,17 +77,14 @@ pub fn node_key(
     placement: Placement,
     usage: &Usage,
 ) -> Option<f64> {
-    let chosen = choose_cards(cluster, node, ask, placement.card, usage)?;
-    let cards: Vec<&Card> = cluster.node_cards(node).filter(|c| c.healthy).collect();
-    let node_load = cards
-        .iter()
-        .map(|c| load(c, &usage.get(&c.uuid)))
-        .sum::<f64>()
-        / cards.len().max(1) as f64;
+    let cards = with_use(cluster, node, usage);
+    let chosen = choose_among(&cards, ask, placement.card)?;
+    let healthy = cards.iter().filter(|(c, _)| c.healthy);
+    let count = healthy.clone().count().max(1);
+    let node_load = healthy.map(|(c, used)| load(c, used)).sum::<f64>() / count as f64;
     let card_load = chosen
         .iter()
-        .filter_map(|uuid| cluster.cards.get(uuid))
-        .map(|c| load(c, &usage.get(&c.uuid)))
+        .map(|&i| load(cards[i].0, &cards[i].1))
         .fold(0.0, f64::max);
     // Node loads lie in 0..=2 and card loads differ by at least 1/100 (one core) when they
     // differ at all: weighting the card's by 1000 orders by it first, then by the node's.
@@ -106,7 +119,6 @@ pub fn scores(keys: &[Option<f64>]) -> Vec<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::extender::cluster::Used;
     use crate::ids::MEMORY_UNIT;
 
     fn cluster(nodes: &[(&str, usize)]) -> Cluster {
