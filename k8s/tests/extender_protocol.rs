@@ -121,9 +121,13 @@ async fn each_verb_reads_what_kube_scheduler_sends_and_answers_what_it_accepts()
         "GPU-aaaa0001"
     );
     // The card counts at once: a second pod like it is not given the same room twice.
-    let state = extender.state.lock().unwrap();
-    assert_eq!(state.usage(None).get("GPU-aaaa0001").core, 30);
-    drop(state);
+    let taken = extender
+        .state
+        .lock()
+        .unwrap()
+        .usage(None)
+        .get("GPU-aaaa0001");
+    assert_eq!(taken.core, 30);
 
     // A bind the extender cannot honour is an Error in the answer, not a failed call.
     let mut ghost = golden("bind-args.json");

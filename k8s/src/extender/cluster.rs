@@ -467,7 +467,11 @@ mod tests {
             seed ^= seed << 17;
             let uid = format!("u{}", seed % 7);
             let card = format!("GPU-{}", (seed >> 8) % 3);
-            let core = if (seed >> 16) % 5 == 0 { 100 } else { 10 };
+            let core = if (seed >> 16).is_multiple_of(5) {
+                100
+            } else {
+                10
+            };
             let holder = Holder {
                 pod: uid.clone(),
                 cards: vec![card],

@@ -67,6 +67,14 @@ struct Progress {
 }
 
 impl Progress {
+    fn state(&self) -> std::sync::MutexGuard<'_, super::cluster::Cluster> {
+        // Each change to the state is one call; a panic elsewhere leaves it whole.
+        self.extender
+            .state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
     fn listed(&self, bit: u8) {
         // AcqRel: the two list tasks meet here; whichever comes second sees the other's bit.
         if self.done.fetch_or(bit, Ordering::AcqRel) | bit == 0b11 {
@@ -90,20 +98,12 @@ async fn follow_gpus(progress: Arc<Progress>, api: Api<GPU>) {
     loop {
         let (listed, version) = list(&api, "the GPU objects").await;
         {
-            let mut state = progress
-                .extender
-                .state
-                .lock()
-                .unwrap_or_else(|p| p.into_inner());
+            let mut state = progress.state();
             state.set_cards(listed.iter().map(card_of));
         }
         progress.listed(0b01);
         let watched = watch(&api, &version, |event| {
-            let mut state = progress
-                .extender
-                .state
-                .lock()
-                .unwrap_or_else(|p| p.into_inner());
+            let mut state = progress.state();
             match event {
                 WatchEvent::Added(gpu) | WatchEvent::Modified(gpu) => state.put_card(card_of(&gpu)),
                 WatchEvent::Deleted(gpu) => state.remove_card(&gpu.spec.uuid),
@@ -124,7 +124,7 @@ async fn follow_pods(progress: Arc<Progress>, api: Api<Pod>) {
         let (listed, version) = list(&api, "pods").await;
         {
             let extender = &progress.extender;
-            let mut state = extender.state.lock().unwrap_or_else(|p| p.into_inner());
+            let mut state = progress.state();
             state.clear_bound();
             let until = Instant::now() + extender.config.assume_ttl();
             let mut rebuilt = 0;
@@ -146,11 +146,7 @@ async fn follow_pods(progress: Arc<Progress>, api: Api<Pod>) {
         first = false;
         progress.listed(0b10);
         let watched = watch(&api, &version, |event| {
-            let mut state = progress
-                .extender
-                .state
-                .lock()
-                .unwrap_or_else(|p| p.into_inner());
+            let mut state = progress.state();
             match event {
                 WatchEvent::Added(pod) | WatchEvent::Modified(pod) => match holder_of(&pod) {
                     Some((uid, holder, true)) => state.put_bound(&uid, holder),

@@ -264,6 +264,17 @@ fn status(code: StatusCode, reason: &str, message: String) -> Response {
         .into_response()
 }
 
+/// A request body as JSON, or the 400 that says it is not.
+fn json_body(body: &[u8]) -> Result<Value, Box<Response>> {
+    serde_json::from_slice(body).map_err(|e| {
+        Box::new(status(
+            StatusCode::BAD_REQUEST,
+            "BadRequest",
+            format!("not JSON: {e}"),
+        ))
+    })
+}
+
 fn not_found(what: &str) -> Response {
     status(
         StatusCode::NOT_FOUND,
@@ -304,8 +315,9 @@ async fn patch_pod(
     Path((ns, name)): Path<(String, String)>,
     body: Bytes,
 ) -> Response {
-    let Ok(changes) = serde_json::from_slice::<Value>(&body) else {
-        return status(StatusCode::BAD_REQUEST, "BadRequest", "not JSON".into());
+    let changes = match json_body(&body) {
+        Ok(value) => value,
+        Err(refused) => return *refused,
     };
     let store = lock(&shared);
     let key = (ns, name.clone());
@@ -321,8 +333,9 @@ async fn bind_pod(
     Path((ns, name)): Path<(String, String)>,
     body: Bytes,
 ) -> Response {
-    let Ok(binding) = serde_json::from_slice::<Value>(&body) else {
-        return status(StatusCode::BAD_REQUEST, "BadRequest", "not JSON".into());
+    let binding = match json_body(&body) {
+        Ok(value) => value,
+        Err(refused) => return *refused,
     };
     let Some(node) = binding["target"]["name"].as_str() else {
         return status(
@@ -497,8 +510,9 @@ async fn apply_gpu(
     Path(name): Path<String>,
     body: Bytes,
 ) -> Response {
-    let Ok(applied) = serde_json::from_slice::<Value>(&body) else {
-        return status(StatusCode::BAD_REQUEST, "BadRequest", "not JSON".into());
+    let applied = match json_body(&body) {
+        Ok(value) => value,
+        Err(refused) => return *refused,
     };
     let store = lock(&shared);
     let existed = store.gpus.contains_key(&name);
@@ -516,8 +530,9 @@ async fn apply_gpu_status(
     Path(name): Path<String>,
     body: Bytes,
 ) -> Response {
-    let Ok(applied) = serde_json::from_slice::<Value>(&body) else {
-        return status(StatusCode::BAD_REQUEST, "BadRequest", "not JSON".into());
+    let applied = match json_body(&body) {
+        Ok(value) => value,
+        Err(refused) => return *refused,
     };
     let store = lock(&shared);
     let Some(mut gpu) = store.gpus.get(&name).cloned() else {
