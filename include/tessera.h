@@ -31,7 +31,8 @@
 #define TESSERA_ENV_REAL_LIBCUDA "TESSERA_REAL_LIBCUDA"
 /* controld's state directory. */
 #define TESSERA_ENV_STATE_DIR "TESSERA_STATE_DIR"
-/* error | warn | info | debug */
+/* off | error | warn | info | debug (also none, warning, trace; any case). The library's
+ * default is error, controld's info. */
 #define TESSERA_ENV_LOG "TESSERA_LOG"
 /* "env": a process whose region file cannot be used (unreadable, foreign, of another
  * version, spoiled) runs under the environment's memory caps. Unset, its cap is 0 bytes on
@@ -164,6 +165,17 @@ struct tessera_board {
     uint64_t online[TESSERA_MAX_DEVICES]; /* atomic: bits of online containers with work */
 };
 
+/* A container's limits where its processes can only read them: the file `<region>.limits`
+ * beside its region, written by controld alone and given to the container read-only. The
+ * library holds the container to the lower of each cap here and the region's own. */
+#define TESSERA_LIMITS_MAGIC "TSRLIMIT"
+struct tessera_limits {
+    char magic[8];             /* TESSERA_LIMITS_MAGIC, no NUL */
+    uint32_t abi_version;      /* TESSERA_ABI_VERSION */
+    uint8_t reserved[52];      /* zero */
+    uint64_t memory_caps[TESSERA_MAX_DEVICES]; /* atomic: declared caps; TESSERA_UNLIMITED none */
+};
+
 #define TESSERA_REGION_SIZE \
     (128u + (64u + 192u + 8u * TESSERA_SPAN_SLOTS) * TESSERA_MAX_DEVICES + \
      192u * TESSERA_MAX_PROCESSES)
@@ -176,6 +188,7 @@ _Static_assert(sizeof(struct tessera_compute_account) == 192 + 8 * TESSERA_SPAN_
 _Static_assert(sizeof(struct tessera_process_entry) == 192, "three cache lines");
 _Static_assert(sizeof(struct tessera_region) == TESSERA_REGION_SIZE, "region size");
 _Static_assert(sizeof(struct tessera_board) == 64 + 8 * TESSERA_MAX_DEVICES, "board size");
+_Static_assert(sizeof(struct tessera_limits) == 64 + 8 * TESSERA_MAX_DEVICES, "limits size");
 #endif
 
 #endif /* TESSERA_H */

@@ -357,9 +357,28 @@ const NVML_VALUE_NOT_AVAILABLE: u64 = u64::MAX;
 /// `NVML_ERROR_INSUFFICIENT_SIZE`.
 const NVML_ERROR_INSUFFICIENT_SIZE: c_uint = 7;
 
+/// Why NVML could not answer.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum NvmlError {
+    /// `libnvidia-ml.so.1` did not load (no driver, or not on the library path).
+    #[error("cannot load libnvidia-ml.so.1: {0}")]
+    Load(String),
+    /// The library lacks an entry point this program uses.
+    #[error("libnvidia-ml.so.1 has no {0}")]
+    Missing(String),
+    /// A call returned an error.
+    #[error("{call} failed (nvmlReturn_t {code})")]
+    Call {
+        /// The call, with its device index where it has one.
+        call: String,
+        /// NVML's `nvmlReturn_t`.
+        code: c_uint,
+    },
+}
+
 impl Nvml {
     /// Loads `libnvidia-ml.so.1` and initializes it.
-    pub fn open() -> Result<Nvml, String> {
+    pub fn open() -> Result<Nvml, NvmlError> {
         // SAFETY: the name is a C string literal; dlopen has no other precondition.
         let lib = unsafe {
             libc::dlopen(
@@ -368,16 +387,13 @@ impl Nvml {
             )
         };
         if lib.is_null() {
-            return Err(format!("cannot load libnvidia-ml.so.1: {}", dl_error()));
+            return Err(NvmlError::Load(dl_error()));
         }
         let symbol = |name: &CStr| {
             // SAFETY: `lib` is a live handle from dlopen, `name` a C string.
             let f = unsafe { libc::dlsym(lib, name.as_ptr()) };
             if f.is_null() {
-                Err(format!(
-                    "libnvidia-ml.so.1 has no {}",
-                    name.to_string_lossy()
-                ))
+                Err(NvmlError::Missing(name.to_string_lossy().into_owned()))
             } else {
                 Ok(f)
             }
@@ -389,7 +405,10 @@ impl Nvml {
             let init = std::mem::transmute::<*mut c_void, unsafe extern "C" fn() -> c_uint>(init);
             let r = init();
             if r != 0 {
-                return Err(format!("nvmlInit_v2 failed (nvmlReturn_t {r})"));
+                return Err(NvmlError::Call {
+                    call: "nvmlInit_v2".into(),
+                    code: r,
+                });
             }
             Nvml {
                 get_handle: std::mem::transmute::<
@@ -411,14 +430,15 @@ impl Nvml {
     }
 
     /// The driver's version, like `550.54.15`.
-    pub fn driver_version(&self) -> Result<String, String> {
+    pub fn driver_version(&self) -> Result<String, NvmlError> {
         let mut buf = [0 as c_char; 96];
         // SAFETY: `buf` holds the length passed.
         let r = unsafe { (self.driver_version)(buf.as_mut_ptr(), buf.len() as c_uint - 1) };
         if r != 0 {
-            return Err(format!(
-                "nvmlSystemGetDriverVersion failed (nvmlReturn_t {r})"
-            ));
+            return Err(NvmlError::Call {
+                call: "nvmlSystemGetDriverVersion".into(),
+                code: r,
+            });
         }
         // SAFETY: NVML NUL-terminates within the length given; the last byte stays 0.
         Ok(unsafe { CStr::from_ptr(buf.as_ptr()) }
@@ -428,14 +448,15 @@ impl Nvml {
 
     /// `(pid, bytes)` of each process with a compute context on device `index`, by pid;
     /// processes whose memory NVML does not show are left out.
-    pub fn process_memory(&self, index: u32) -> Result<Vec<(u32, u64)>, String> {
+    pub fn process_memory(&self, index: u32) -> Result<Vec<(u32, u64)>, NvmlError> {
         let mut device: *mut c_void = std::ptr::null_mut();
         // SAFETY: `device` is a valid out-pointer.
         let r = unsafe { (self.get_handle)(index, &mut device) };
         if r != 0 {
-            return Err(format!(
-                "nvmlDeviceGetHandleByIndex_v2({index}) failed (nvmlReturn_t {r})"
-            ));
+            return Err(NvmlError::Call {
+                call: format!("nvmlDeviceGetHandleByIndex_v2({index})"),
+                code: r,
+            });
         }
         let mut infos = vec![NvmlProcessInfo::default(); 64];
         loop {
@@ -447,9 +468,10 @@ impl Nvml {
                 continue;
             }
             if r != 0 {
-                return Err(format!(
-                    "nvmlDeviceGetComputeRunningProcesses_v3 failed (nvmlReturn_t {r})"
-                ));
+                return Err(NvmlError::Call {
+                    call: "nvmlDeviceGetComputeRunningProcesses_v3".into(),
+                    code: r,
+                });
             }
             let mut out: Vec<(u32, u64)> = infos[..(count as usize).min(infos.len())]
                 .iter()

@@ -26,8 +26,11 @@ pub fn spec(containers: &[ContainerInfo], library: &Path) -> Value {
         .iter()
         .map(|c| {
             let region = c.region.display().to_string();
+            let limits = tessera_region::limits_path(&c.region).display().to_string();
             let mut mounts = vec![
                 mount(&region, &region, false),
+                // Read-only: the caps the container's processes cannot raise.
+                mount(&limits, &limits, true),
                 mount(&library.display().to_string(), CONTAINER_LIBRARY, true),
             ];
             if let Some(board) = c
@@ -44,7 +47,7 @@ pub fn spec(containers: &[ContainerInfo], library: &Path) -> Value {
                 "name": c.spec.name.as_str(),
                 "containerEdits": {
                     "env": [
-                        format!("TESSERA_REGION={region}"),
+                        format!("{}={region}", tessera_region::env::REGION),
                         format!("LD_PRELOAD={CONTAINER_LIBRARY}"),
                     ],
                     "mounts": mounts,

@@ -4,8 +4,10 @@
 //! stop it, leaving every region — and so every running application's limits — in place.
 
 use crate::config::{Config, ConfigError, DEFAULT_PATH};
+use crate::signals::BlockedSignals;
 use crate::state::{State, StateError};
 use crate::status::NodeStatus;
+use nix::sys::signal::Signal;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
@@ -14,8 +16,6 @@ use std::time::Duration;
 
 /// The state dir when neither `--state-dir`, `TESSERA_STATE_DIR` nor the config says.
 pub const DEFAULT_STATE_DIR: &str = "/run/tessera";
-/// The environment variable naming the state dir.
-pub const STATE_DIR_ENV: &str = "TESSERA_STATE_DIR";
 /// The control socket's file name in the state dir.
 pub const SOCKET_NAME: &str = "control.sock";
 /// How often the watchdog looks when `enforce = "kill"` (it otherwise looks at each status).
@@ -136,7 +136,7 @@ fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
 pub fn state_dir(flag: Option<&Path>, config: Option<&Config>) -> PathBuf {
     flag.map(Path::to_path_buf)
         .or_else(|| {
-            std::env::var_os(STATE_DIR_ENV)
+            std::env::var_os(tessera_region::env::STATE_DIR)
                 .filter(|v| !v.is_empty())
                 .map(PathBuf::from)
         })
@@ -178,9 +178,9 @@ impl Daemon {
         let (mut state, found) = State::open(&dir)?;
         for line in found {
             if line.starts_with("adopted") {
-                crate::log::info(&line);
+                tracing::info!("{line}");
             } else {
-                crate::log::error(&line);
+                tracing::error!("{line}");
             }
         }
         // The watchdog's NVML knows the node's GPUs: declarations are checked against them.
@@ -190,11 +190,11 @@ impl Daemon {
         }
         let applied = state.apply_config(&config.containers, &[]);
         for line in applied.log {
-            crate::log::info(&line);
+            tracing::info!("{line}");
         }
         let mut config = config;
         for (name, line) in applied.refused {
-            crate::log::error(&format!("{REFUSED}: {line}"));
+            tracing::error!("{REFUSED}: {line}");
             state.note(format!("{REFUSED}: {line}"));
             // Not in force, so that the next reload tries it again.
             config.containers.retain(|c| c.name.as_str() != name);
@@ -206,9 +206,7 @@ impl Daemon {
         let board = match tessera_region::Board::create(&board_path) {
             Ok(board) => Some(board),
             Err(e) => {
-                crate::log::error(&format!(
-                    "{e}; online work stops offline work through controld alone"
-                ));
+                tracing::error!("{e}; online work stops offline work through controld alone");
                 None
             }
         };
@@ -267,22 +265,19 @@ impl Daemon {
                 let server =
                     crate::metrics::MetricsServer::spawn(addr, Arc::new(move || c.node_status()))
                         .map_err(|e| DaemonError::Metrics(e.to_string()))?;
-                crate::log::info(&format!(
-                    "metrics on http://{}/metrics",
-                    server.local_addr()
-                ));
+                tracing::info!("metrics on http://{}/metrics", server.local_addr());
                 Some(server)
             }
             None => None,
         };
-        crate::log::info(&format!(
+        tracing::info!(
             "controld running: state dir {}, socket {}, config {}",
             dir.display(),
             socket.display(),
             config_path
                 .as_deref()
                 .map_or("(none)".to_string(), |p| p.display().to_string())
-        ));
+        );
         Ok(Daemon {
             core,
             config_path,
@@ -331,7 +326,7 @@ impl Daemon {
             }
         };
         if new.daemon != config.daemon {
-            crate::log::warn("[daemon] settings changed; they take effect when controld restarts");
+            tracing::warn!("[daemon] settings changed; they take effect when controld restarts");
         }
         let applied = self.core.with_state(|s| {
             s.forget(FAILED);
@@ -343,7 +338,7 @@ impl Daemon {
             applied
         });
         for line in applied.log {
-            crate::log::info(&line);
+            tracing::info!("{line}");
         }
         // What is in force: a refused declaration is not, so the next reload tries it again.
         let mut in_force = new;
@@ -390,60 +385,27 @@ impl Daemon {
 
 /// `controld run`: starts the daemon and serves signals until SIGTERM or SIGINT.
 pub fn run(options: &Options) -> Result<(), DaemonError> {
-    let signals = Signals::block().map_err(DaemonError::Setup)?;
+    crate::logging::init("controld", tessera_region::env::LogLevel::Info);
+    // SIGHUP, SIGTERM and SIGINT, blocked before any thread starts, so that every thread
+    // inherits the mask, and taken here.
+    let signals = BlockedSignals::block(&[Signal::SIGHUP, Signal::SIGTERM, Signal::SIGINT])
+        .map_err(DaemonError::Setup)?;
     let daemon = Daemon::start(options)?;
     loop {
         match signals.wait() {
             libc::SIGHUP => match daemon.reload() {
-                Ok(()) => crate::log::info("config reloaded"),
-                Err(ReloadError::Config(e)) => crate::log::error(&format!(
-                    "config reload failed, the previous config stays in force: {e}"
-                )),
-                Err(e @ ReloadError::Refused(_)) => crate::log::error(&e.to_string()),
+                Ok(()) => tracing::info!("config reloaded"),
+                Err(ReloadError::Config(e)) => {
+                    tracing::error!("config reload failed, the previous config stays in force: {e}")
+                }
+                Err(e @ ReloadError::Refused(_)) => tracing::error!("{e}"),
             },
             libc::SIGTERM | libc::SIGINT => {
-                crate::log::info("stopping; regions stay in place, applications keep their limits");
+                tracing::info!("stopping; regions stay in place, applications keep their limits");
                 daemon.stop();
                 return Ok(());
             }
             _ => {}
-        }
-    }
-}
-
-/// SIGHUP, SIGTERM and SIGINT, blocked in every thread and taken with `sigwait` by the main
-/// thread (blocked before any thread starts, so that every thread inherits the mask).
-struct Signals {
-    set: libc::sigset_t,
-}
-
-impl Signals {
-    fn block() -> std::io::Result<Signals> {
-        // SAFETY: sigset_t is plain data that sigemptyset initialises; the calls only touch
-        // this set and this thread's mask, and their results are checked.
-        unsafe {
-            let mut set: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut set);
-            for sig in [libc::SIGHUP, libc::SIGTERM, libc::SIGINT] {
-                libc::sigaddset(&mut set, sig);
-            }
-            let rc = libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-            if rc != 0 {
-                return Err(std::io::Error::from_raw_os_error(rc));
-            }
-            Ok(Signals { set })
-        }
-    }
-
-    /// The next signal of the set.
-    fn wait(&self) -> libc::c_int {
-        loop {
-            let mut sig: libc::c_int = 0;
-            // SAFETY: `set` was initialised in `block`; sigwait writes one int.
-            let rc = unsafe { libc::sigwait(&self.set, &mut sig) };
-            if rc == 0 {
-                return sig;
-            }
         }
     }
 }

@@ -5,24 +5,22 @@
 //! container is removed and its exit status becomes ours.
 
 use crate::api::{Answer, Client, ClientError, Request};
+use crate::signals::{wait_in, BlockedSignals};
 use crate::spec::ContainerSpec;
+use nix::sys::signal::{SigSet, Signal};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 
-/// The environment variable that names the preload library, when it is not next to the
-/// `controld` binary.
-pub const PRELOAD_ENV: &str = "TESSERA_PRELOAD";
-
 /// The signals passed on to the command.
-const FORWARDED: [libc::c_int; 6] = [
-    libc::SIGHUP,
-    libc::SIGINT,
-    libc::SIGQUIT,
-    libc::SIGTERM,
-    libc::SIGUSR1,
-    libc::SIGUSR2,
+const FORWARDED: [Signal; 6] = [
+    Signal::SIGHUP,
+    Signal::SIGINT,
+    Signal::SIGQUIT,
+    Signal::SIGTERM,
+    Signal::SIGUSR1,
+    Signal::SIGUSR2,
 ];
 
 /// Why the command could not be run.
@@ -49,7 +47,7 @@ pub enum ExecError {
 
 /// The preload library: `TESSERA_PRELOAD`, else `libtessera.so` beside this binary.
 pub fn preload_library() -> Result<PathBuf, ExecError> {
-    let path = match std::env::var_os(PRELOAD_ENV).filter(|v| !v.is_empty()) {
+    let path = match std::env::var_os(tessera_region::env::PRELOAD).filter(|v| !v.is_empty()) {
         Some(p) => PathBuf::from(p),
         None => std::env::current_exe()
             .ok()
@@ -78,7 +76,11 @@ pub fn exec(socket: &Path, spec: ContainerSpec, command: &[OsString]) -> Result<
         return Err(ClientError::Protocol(socket.to_path_buf()).into());
     };
     client.wait_forever();
-    let (mask, original) = block_signals().map_err(ExecError::Signals)?;
+    let blocked = BlockedSignals::block(&FORWARDED).map_err(ExecError::Signals)?;
+    let (mask, original) = (blocked.set(), blocked.before());
+    // They stay blocked until this process exits: a signal that comes after the command
+    // ended must not end `controld exec` before it reports the command's exit code.
+    std::mem::forget(blocked);
     let mut cmd = Command::new(&command[0]);
     cmd.args(&command[1..]);
     let mut preloads = preload.into_os_string();
@@ -87,27 +89,28 @@ pub fn exec(socket: &Path, spec: ContainerSpec, command: &[OsString]) -> Result<
         preloads.push(old);
     }
     cmd.env("LD_PRELOAD", preloads)
-        .env("TESSERA_REGION", &info.region);
+        .env(tessera_region::env::REGION, &info.region);
     // The caps again, for the library's fallback should it ever have to create the region
     // itself: a missing region must never mean "unlimited".
-    cmd.env("TESSERA_MEMORY_LIMIT", "0");
+    cmd.env(tessera_region::env::MEMORY_LIMIT, "0");
     for (dev, cap) in caps.iter().enumerate() {
         match cap {
-            Some(bytes) => cmd.env(format!("TESSERA_MEMORY_LIMIT_{dev}"), bytes.to_string()),
-            None => cmd.env_remove(format!("TESSERA_MEMORY_LIMIT_{dev}")),
+            Some(bytes) => cmd.env(
+                format!("{}{dev}", tessera_region::env::MEMORY_LIMIT_DEVICE),
+                bytes.to_string(),
+            ),
+            None => cmd.env_remove(format!("{}{dev}", tessera_region::env::MEMORY_LIMIT_DEVICE)),
         };
     }
     // The command starts with the mask this process started with, not the forwarding mask
     // (with the forwarded signals blocked it would never see them).
     // SAFETY: the closure runs in the forked child before exec and only calls
-    // pthread_sigmask, which is async-signal-safe, on a sigset_t copied in by value.
+    // pthread_sigmask (nix's is the bare call), which is async-signal-safe and allocates
+    // nothing, on a sigset_t copied in by value.
     unsafe {
         use std::os::unix::process::CommandExt;
         cmd.pre_exec(move || {
-            let rc = libc::pthread_sigmask(libc::SIG_SETMASK, &original, std::ptr::null_mut());
-            if rc != 0 {
-                return Err(std::io::Error::from_raw_os_error(rc));
-            }
+            original.thread_set_mask()?;
             Ok(())
         });
     }
@@ -152,28 +155,6 @@ pub fn exec(socket: &Path, spec: ContainerSpec, command: &[OsString]) -> Result<
     })
 }
 
-/// Blocks the forwarded signals in this thread (and so in threads it starts later);
-/// returns the forwarded set and the mask the thread had before.
-fn block_signals() -> std::io::Result<(libc::sigset_t, libc::sigset_t)> {
-    // SAFETY: sigset_t is plain data initialised by sigemptyset (or filled by
-    // pthread_sigmask); only these sets and this thread's mask are touched; the result is
-    // checked.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        let mut original: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigemptyset(&mut original);
-        for sig in FORWARDED {
-            libc::sigaddset(&mut set, sig);
-        }
-        let rc = libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut original);
-        if rc != 0 {
-            return Err(std::io::Error::from_raw_os_error(rc));
-        }
-        Ok((set, original))
-    }
-}
-
 /// Waits until the command has exited, leaving it a zombie (so its pid stays ours).
 fn wait_without_reaping(pid: libc::pid_t) {
     loop {
@@ -195,13 +176,9 @@ fn wait_without_reaping(pid: libc::pid_t) {
 }
 
 /// Passes each blocked signal on to the command while it runs.
-fn forward(set: libc::sigset_t, pid: libc::pid_t, exited: &Mutex<bool>) {
+fn forward(set: SigSet, pid: libc::pid_t, exited: &Mutex<bool>) {
     loop {
-        let mut sig: libc::c_int = 0;
-        // SAFETY: `set` is initialised; sigwait writes one int.
-        if unsafe { libc::sigwait(&set, &mut sig) } != 0 {
-            continue;
-        }
+        let sig = wait_in(&set);
         let exited = exited.lock().unwrap_or_else(|p| p.into_inner());
         if *exited {
             return;

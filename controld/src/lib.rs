@@ -1,23 +1,23 @@
-//! `controld`, the node daemon and its CLI.
+//! `controld`, the node daemon and its API.
 //!
 //! The daemon ([`daemon`]) owns the node's Tessera state ([`state`]): one region per
 //! container under the state dir, declared in the config file ([`config`]) or added through
 //! the control socket ([`api`]); the reaper ([`reaper`]) returns what dead processes held.
-//! The CLI ([`cli`]) is a thin client of the socket.
+//! The `controld` binary (`src/main.rs`) adds the command line, a thin client of the socket
+//! ([`api::Client`]), and the demo, which runs a [`daemon::Daemon`] in its own process.
 
 pub mod api;
 pub mod cdi;
-pub mod cli;
 pub mod config;
 pub mod daemon;
-pub mod demo;
 pub mod dir_lock;
 pub mod exec;
-pub mod log;
+pub mod logging;
 pub mod metrics;
 pub mod policy;
 pub mod reaper;
 pub mod scheduler;
+pub mod signals;
 pub mod spec;
 pub mod state;
 pub mod status;

@@ -1,7 +1,9 @@
 //! The reaper: a thread that frees the process slots of dead processes in every region, so
 //! that a killed process's memory goes back to its container within a second even when no
-//! other process of the container allocates. It also, once a second, checks every region's
-//! header (quarantining a spoiled one) and removes retired containers that have emptied.
+//! other process of the container allocates. At every pass it holds the regions to the
+//! daemon's record (caps and usage a container's processes wrote are put back), and once a
+//! second it checks every region's header (quarantining a spoiled one) and removes retired
+//! containers that have emptied.
 
 use crate::daemon::Core;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -29,21 +31,21 @@ pub fn spawn(core: Arc<Core>, stop: Arc<AtomicBool>) -> std::io::Result<JoinHand
                 for region in core.with_state(|s| s.regions()) {
                     let freed = region.reap_dead();
                     if freed > 0 {
-                        crate::log::log(
-                            crate::log::Level::Debug,
-                            &format!("reaped {freed} dead process(es) of {}", region.name()),
-                        );
+                        tracing::debug!("reaped {freed} dead process(es) of {}", region.name());
                     }
+                }
+                for line in core.with_state(|s| s.guard_regions()) {
+                    tracing::warn!("{line}");
                 }
                 if last_housekeeping.elapsed() >= HOUSEKEEPING {
                     last_housekeeping = Instant::now();
                     let (replaced, removed) =
                         core.with_state(|s| (s.verify_regions(), s.sweep_retired()));
                     for line in replaced {
-                        crate::log::error(&line);
+                        tracing::error!("{line}");
                     }
                     for name in removed {
-                        crate::log::info(&format!("removed retired container {name}"));
+                        tracing::info!("removed retired container {name}");
                     }
                 }
                 std::thread::sleep(PERIOD.saturating_sub(started.elapsed()));

@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
-use tessera_region::{Region, RegionError, RegionInit, MAX_DEVICES};
+use tessera_region::{limits_path, Limits, Region, RegionError, RegionInit, MAX_DEVICES};
 
 /// Where a container came from; it decides who may change or remove it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -150,6 +150,12 @@ struct Managed {
     retiring: bool,
     /// How often its region was found spoiled and set aside.
     quarantines: u64,
+    /// Its limits file, where the daemon could make one: the caps its processes can only
+    /// read.
+    limits: Option<Limits>,
+    /// The kinds of tampering already reported in `problems` (one line each, not one a
+    /// pass).
+    tampering_noted: u32,
 }
 
 /// The daemon's containers.
@@ -164,6 +170,16 @@ pub struct State {
     roster: Arc<Roster>,
     /// The memory of each GPU of the node, by index, where the daemon could learn it.
     devices: Option<Vec<u64>>,
+}
+
+/// Kinds of tampering found by [`State::guard_regions`], reported once each.
+const TAMPERED_CAP: u32 = 1;
+const TAMPERED_USAGE: u32 = 2;
+const TAMPERED_LIMITS: u32 = 4;
+
+/// A cap for a problem line.
+fn cap_text(cap: Option<u64>) -> String {
+    cap.map_or_else(|| "no cap".to_string(), |c| format!("{c} bytes"))
 }
 
 /// Node-wide problems kept for status; older ones are dropped.
@@ -255,6 +271,7 @@ impl State {
         let mut log = Vec::new();
         let mut problems = Vec::new();
         let mut quarantines = 0;
+        let limits = self.make_limits(&path, &saved.spec, &mut problems);
         let existing = match Region::open(&path) {
             Ok(region) if region.name() == name => Some(region),
             Ok(region) => {
@@ -299,7 +316,7 @@ impl State {
         };
         // The declaration is the record: caps written into the region while no daemon ran
         // are put back.
-        apply_caps(&region, &saved.spec);
+        apply_caps(&region, limits.as_ref(), &saved.spec);
         if problems.is_empty() {
             log.push(format!("adopted container {name} ({})", path.display()));
         }
@@ -320,6 +337,8 @@ impl State {
                 problems,
                 retiring,
                 quarantines,
+                limits,
+                tampering_noted: 0,
             },
         );
         log
@@ -378,18 +397,24 @@ impl State {
             ));
         }
         let spec = spec_from_region(name, &region);
+        let mut problems = vec![
+            "found without a declaration: best-effort, online, with the caps in its region; `controld container set` declares it"
+                .to_string(),
+        ];
+        // Processes that open the region from now on find its limits; those that have it
+        // open already are held to them once they reopen.
+        let limits = self.make_limits(path, &spec, &mut problems);
         self.containers.insert(
             stem.clone(),
             Managed {
                 spec,
                 origin: Origin::Adopted,
                 region: Arc::new(region),
-                problems: vec![
-                    "found without a declaration: best-effort, online, with the caps in its region; `controld container set` declares it"
-                        .to_string(),
-                ],
+                problems,
                 retiring: false,
                 quarantines: 0,
+                limits,
+                tampering_noted: 0,
             },
         );
         Ok(stem)
@@ -519,6 +544,7 @@ impl State {
             memory_caps: spec.memory_caps(),
         };
         let mut problems = Vec::new();
+        let limits = self.make_limits(&path, &spec, &mut problems);
         let region = match Region::open_or_create(&path, &init) {
             Ok(r) if r.name() == name => r,
             result => {
@@ -531,7 +557,7 @@ impl State {
                 Region::open_or_create(&path, &init)?
             }
         };
-        apply_caps(&region, &spec);
+        apply_caps(&region, limits.as_ref(), &spec);
         self.save(&spec, origin)?;
         self.containers.insert(
             name.clone(),
@@ -542,6 +568,8 @@ impl State {
                 problems,
                 retiring: false,
                 quarantines: 0,
+                limits,
+                tampering_noted: 0,
             },
         );
         self.publish();
@@ -581,7 +609,7 @@ impl State {
         let origin = self.containers[&name].origin;
         self.save(&spec, origin)?;
         let m = self.containers.get_mut(&name).expect("present");
-        apply_caps(&m.region, &spec);
+        apply_caps(&m.region, m.limits.as_ref(), &spec);
         m.spec = spec;
         self.publish();
         Ok(())
@@ -602,6 +630,7 @@ impl State {
             });
         }
         self.containers.remove(name);
+        let _ = std::fs::remove_file(limits_path(&self.region_path(name)));
         let _ = std::fs::remove_file(self.region_path(name));
         let _ = std::fs::remove_file(self.spec_path(name));
         self.publish();
@@ -638,6 +667,80 @@ impl State {
         idle.into_iter()
             .filter(|n| self.remove(n, false).is_ok())
             .collect()
+    }
+
+    /// Makes (or takes over) the limits file of the region at `path` with the caps of
+    /// `spec`, before the region is opened; a failure is a problem of the container's (its
+    /// processes are then held to the caps in the region alone).
+    fn make_limits(
+        &self,
+        path: &Path,
+        spec: &ContainerSpec,
+        problems: &mut Vec<String>,
+    ) -> Option<Limits> {
+        match Limits::create(&limits_path(path), &spec.memory_caps()) {
+            Ok(limits) => Some(limits),
+            Err(e) => {
+                problems.push(format!(
+                    "its limits file cannot be made ({e}); its processes can raise their own caps"
+                ));
+                None
+            }
+        }
+    }
+
+    /// Holds every region to the daemon's record (its processes can write the region): a
+    /// memory cap changed in the region is put back, and a container's usage counter that
+    /// is lower than what its own processes' slots hold is raised to it. Each kind of
+    /// tampering is reported once per container, in its status and as a returned log line.
+    pub fn guard_regions(&mut self) -> Vec<String> {
+        let mut log = Vec::new();
+        for (name, m) in &mut self.containers {
+            let caps = m.spec.memory_caps();
+            let mut found = 0u32;
+            let mut lines = Vec::new();
+            for &gpu in m.spec.gpus.as_slice() {
+                let dev = gpu as usize;
+                let declared = caps.get(dev).copied().flatten();
+                let own = m.region.own_memory_cap(dev);
+                if own != declared {
+                    m.region.set_memory_cap(dev, declared);
+                    found |= TAMPERED_CAP;
+                    lines.push(format!(
+                        "GPU {gpu}: its region's memory cap was changed to {} where {} is declared; put back (its allocations were held to the declared cap)",
+                        cap_text(own),
+                        cap_text(declared)
+                    ));
+                }
+                if let Some((was, held)) = m.region.restore_memory_used(dev) {
+                    found |= TAMPERED_USAGE;
+                    lines.push(format!(
+                        "GPU {gpu}: its region's usage counter was lowered to {was} bytes below the {held} bytes its processes hold; put back"
+                    ));
+                }
+            }
+            if let Some(limits) = &m.limits {
+                for (dev, &declared) in caps.iter().enumerate() {
+                    if limits.memory_cap(dev) != declared {
+                        // Only this daemon writes the file: someone else did.
+                        limits.set_memory_cap(dev, declared);
+                        found |= TAMPERED_LIMITS;
+                        lines.push(format!("its limits file was changed (GPU {dev}); put back"));
+                    }
+                }
+            }
+            if found & !m.tampering_noted != 0 {
+                m.tampering_noted |= found;
+                for line in lines {
+                    log.push(format!("container {name}: {line}"));
+                    if m.problems.len() >= MAX_PROBLEMS {
+                        m.problems.remove(0);
+                    }
+                    m.problems.push(line);
+                }
+            }
+        }
+        log
     }
 
     /// Checks every region's header; a spoiled region is quarantined and its container gets
@@ -797,10 +900,23 @@ impl State {
     /// The node as the regions show it: containers, their memory and processes. GPU-wide
     /// figures, host pids and real usage are the watchdog's to add.
     pub fn node_status(&self) -> NodeStatus {
+        let (_, members) = self.roster.snapshot();
         let containers = self
             .containers
             .iter()
-            .map(|(name, m)| container_status(name, m, &self.region_path(name)))
+            .map(|(name, m)| {
+                let mut status = container_status(name, m, &self.region_path(name));
+                let tampering = members
+                    .iter()
+                    .filter(|member| &member.name == name)
+                    .fold(0, |bits, member| bits | member.tampering());
+                status.problems.extend(
+                    crate::scheduler::Tampering::describe(tampering)
+                        .into_iter()
+                        .map(String::from),
+                );
+                status
+            })
             .collect();
         NodeStatus {
             taken_unix_ms: SystemTime::now()
@@ -852,11 +968,16 @@ struct Saved {
     origin: Origin,
 }
 
-/// Writes a spec's caps and GPUs into its region: the container's processes see only its
-/// GPUs.
-fn apply_caps(region: &Region, spec: &ContainerSpec) {
+/// Writes a spec's caps and GPUs into its region and its limits file: the container's
+/// processes see only its GPUs.
+fn apply_caps(region: &Region, limits: Option<&Limits>, spec: &ContainerSpec) {
     for (dev, cap) in spec.memory_caps().into_iter().enumerate() {
-        if region.memory_cap(dev) != cap {
+        if let Some(limits) = limits {
+            if limits.memory_cap(dev) != cap {
+                limits.set_memory_cap(dev, cap);
+            }
+        }
+        if region.own_memory_cap(dev) != cap {
             region.set_memory_cap(dev, cap);
         }
     }

@@ -1,10 +1,11 @@
 //! Slow and silent clients hold up no one: with 200 connections to the metrics endpoint
-//! and 256 to the control socket that never finish a request, a normal scrape and a
-//! `status` still answer within a second, and the CLI still works.
+//! and 256 to the control socket that never finish a request, and a client sending a 1 MiB
+//! header, a normal scrape and a `status` still answer within a second, and the CLI still
+//! works. The metrics endpoint refuses the oversized head and closes silent connections.
 
 mod support;
 
-use std::io::Write;
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
@@ -63,6 +64,22 @@ fn slow_clients_hold_up_neither_metrics_nor_status() {
         held_unix.push(c);
     }
 
+    // A request head of 1 MiB, sent from a thread of its own: the server stops reading it
+    // long before the end, so the writes may block or fail.
+    let huge = std::thread::spawn(move || -> String {
+        let mut c = TcpStream::connect(metrics).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        c.set_write_timeout(Some(Duration::from_secs(30))).unwrap();
+        let head = format!(
+            "GET /metrics HTTP/1.1\r\nHost: {metrics}\r\nX-Padding: {}\r\n\r\n",
+            "a".repeat(1 << 20)
+        );
+        let _ = c.write_all(head.as_bytes());
+        let mut reply = Vec::new();
+        let _ = c.read_to_end(&mut reply);
+        String::from_utf8_lossy(&reply).into_owned()
+    });
+
     within_a_second("a scrape", || {
         let text = scrape(metrics, Duration::from_secs(1)).map_err(|e| e.to_string())?;
         if text.starts_with("HTTP/1.1 200") && text.contains("tessera_container_info") {
@@ -80,6 +97,28 @@ fn slow_clients_hold_up_neither_metrics_nor_status() {
             Err(e) => Err(e.to_string()),
         }
     });
+    // The oversized head got no metrics: a 431, or a connection closed under it.
+    let reply = huge.join().unwrap();
+    assert!(
+        reply.is_empty() || reply.starts_with("HTTP/1.1 431 "),
+        "{}",
+        reply.lines().next().unwrap_or("")
+    );
+    assert!(!reply.contains("tessera_container_info"));
+    // A connection that never sends its head is closed by the server, not kept for good.
+    let silent = &mut held_tcp[1];
+    silent
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    let mut rest = Vec::new();
+    let closed = silent.read_to_end(&mut rest);
+    assert!(
+        closed.is_ok()
+            || closed
+                .as_ref()
+                .is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionReset),
+        "a silent connection stayed open: {closed:?}"
+    );
     // The CLI too, with its own patience.
     let out = node.ctl_ok(&["status"]);
     assert!(out.contains("web"), "{out}");

@@ -4,14 +4,17 @@
 //! Everything here is made on first use by a hooked call, never while the dynamic linker
 //! or `dlsym` is running: the first allocation, query or context call pays for it.
 
-use crate::memory::registry::Registry;
+mod local_share;
+
+use crate::fork_lock::{self, ForkLock};
 use std::ffi::OsStr;
-use std::os::fd::AsRawFd;
+use std::os::fd::AsFd;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 use tessera_region::layout::MEASURE_LOCK;
+use tessera_region::liveness;
 use tessera_region::{
     units, Board, OverCap, ProcessSlot, Region, RegionInit, BOARD_FILE, MAX_DEVICES,
 };
@@ -22,8 +25,6 @@ pub(crate) type MemoryCaps = [Option<u64>; MAX_DEVICES];
 /// The container state of this process.
 pub(crate) struct Container {
     region: &'static Region,
-    /// What this process has allocated and not yet freed, for the frees.
-    pub(crate) registry: Registry,
 }
 
 static REGION: OnceLock<Region> = OnceLock::new();
@@ -34,12 +35,8 @@ static CONTAINER: OnceLock<Option<Container>> = OnceLock::new();
 /// This process's slot, leaked once claimed; null until the first reservation and again in
 /// a fork child, which claims its own.
 static SLOT: AtomicPtr<ProcessSlot> = AtomicPtr::new(std::ptr::null_mut());
-/// Held while one thread claims the slot. A spin flag rather than a mutex, so that a fork
-/// child can reset it with one store (a mutex held by a parent thread would stay locked).
-static CLAIMING: AtomicBool = AtomicBool::new(false);
-/// Counts the forks this process descends from (since the library was loaded): what was
-/// recorded under an older generation belongs to the parent.
-static GENERATION: AtomicU32 = AtomicU32::new(0);
+/// Held while one thread claims the slot.
+static CLAIMING: ForkLock<()> = ForkLock::new(());
 /// Set once a slot claim failed, so that the error is reported once.
 static CLAIM_FAILED: AtomicBool = AtomicBool::new(false);
 
@@ -56,11 +53,8 @@ fn init() -> Option<Container> {
     }
     let region = open_region(&caps)?;
     let region = REGION.get_or_init(|| region);
-    crate::compute::configure(region);
-    Some(Container {
-        region,
-        registry: Registry::new(),
-    })
+    local_share::apply(region);
+    Some(Container { region })
 }
 
 /// The region named by the environment or, without one, a private region with the
@@ -82,22 +76,28 @@ fn open_region(caps: &MemoryCaps) -> Option<Region> {
                 return Some(region);
             }
             Err(e) => match crate::env::var(crate::env::REGION_FALLBACK).as_deref() {
-                Some("env") => crate::tlog!(
+                Some(crate::env::REGION_FALLBACK_ENV) => crate::tlog!(
                     error,
-                    "{e}; this process uses the memory limits of its environment ({}=env)",
-                    crate::env::REGION_FALLBACK
+                    "{e}; this process uses the memory limits of its environment ({}={})",
+                    crate::env::REGION_FALLBACK,
+                    crate::env::REGION_FALLBACK_ENV
                 ),
                 other => {
                     let odd = match other {
                         Some(v) if !v.is_empty() => {
-                            format!(" ({}={v:?} is not `env`)", crate::env::REGION_FALLBACK)
+                            format!(
+                                " ({}={v:?} is not `{}`)",
+                                crate::env::REGION_FALLBACK,
+                                crate::env::REGION_FALLBACK_ENV
+                            )
                         }
                         _ => String::new(),
                     };
                     crate::tlog!(
                         error,
-                        "{e}; every allocation of this process fails with out-of-memory{odd}; set {}=env to use the memory limits of its environment instead",
-                        crate::env::REGION_FALLBACK
+                        "{e}; every allocation of this process fails with out-of-memory{odd}; set {}={} to use the memory limits of its environment instead",
+                        crate::env::REGION_FALLBACK,
+                        crate::env::REGION_FALLBACK_ENV
                     );
                     caps = [Some(0); MAX_DEVICES];
                 }
@@ -204,10 +204,7 @@ pub(crate) fn caps_from_env<V: AsRef<OsStr>>(
     let mut caps = [parse(crate::env::MEMORY_LIMIT, &mut problems); MAX_DEVICES];
     names.sort();
     for name in &names {
-        let Some(index) = name
-            .strip_prefix(crate::env::MEMORY_LIMIT)
-            .and_then(|rest| rest.strip_prefix('_'))
-        else {
+        let Some(index) = name.strip_prefix(crate::env::MEMORY_LIMIT_DEVICE) else {
             continue;
         };
         match index.parse::<usize>() {
@@ -215,8 +212,8 @@ pub(crate) fn caps_from_env<V: AsRef<OsStr>>(
                 caps[i] = parse(name, &mut problems)
             }
             _ => problems.push(format!(
-                "{name} names no device (use {limit}_0 to {limit}_{last}); it is ignored",
-                limit = crate::env::MEMORY_LIMIT,
+                "{name} names no device (use {limit}0 to {limit}{last}); it is ignored",
+                limit = crate::env::MEMORY_LIMIT_DEVICE,
                 last = MAX_DEVICES - 1
             )),
         }
@@ -285,14 +282,8 @@ impl Container {
 
     #[cold]
     fn claim_slot(&self) -> Option<&'static ProcessSlot> {
-        // Acquire on success: pairs with the Release store that ends the previous claim, so
-        // that its SLOT store is seen below.
-        while CLAIMING
-            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
-            std::thread::yield_now();
-        }
+        // The lock orders the previous claim's SLOT store before the load below.
+        let claiming = CLAIMING.lock();
         // Relaxed: CLAIMING's acquire already orders this load after the last claim.
         let mut slot = SLOT.load(Ordering::Relaxed);
         if slot.is_null() {
@@ -310,8 +301,7 @@ impl Container {
                 }
             }
         }
-        // Release: ends the critical section for the next claimer's Acquire.
-        CLAIMING.store(false, Ordering::Release);
+        drop(claiming);
         // SAFETY: non-null slots are leaked boxes, never freed.
         (!slot.is_null()).then(|| unsafe { &*slot })
     }
@@ -343,7 +333,7 @@ impl Container {
 
     /// Gives back `bytes` on `device` that this process reserved under `generation`.
     pub(crate) fn release(&self, device: usize, bytes: u64, generation: u32) {
-        if generation != current_generation() || device >= MAX_DEVICES {
+        if generation != fork_lock::generation() || device >= MAX_DEVICES {
             return;
         }
         // Relaxed: this thread made the reservation being given back, or learnt of it
@@ -374,9 +364,9 @@ impl Container {
             .ok()?;
         let deadline = Instant::now() + MEASURE_LOCK_PATIENCE;
         loop {
-            match set_lock(&file, libc::F_WRLCK) {
-                Ok(()) => return Some(MeasureLock { file }),
-                Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN | libc::EACCES)) => {}
+            match liveness::try_lock(file.as_fd(), MEASURE_LOCK) {
+                Ok(true) => return Some(MeasureLock { file }),
+                Ok(false) => {}
                 Err(e) => {
                     crate::tlog!(debug, "cannot lock the region for a measurement: {e}");
                     return None;
@@ -404,25 +394,7 @@ impl Drop for MeasureLock {
     fn drop(&mut self) {
         // Unlocked explicitly, not only by closing: a child forked meanwhile shares the
         // open file description and would otherwise keep the lock alive.
-        let _ = set_lock(&self.file, libc::F_UNLCK);
-    }
-}
-
-/// Sets (or clears) the OFD lock on [`MEASURE_LOCK_BYTE`] through `file`, without waiting.
-fn set_lock(file: &std::fs::File, kind: libc::c_int) -> std::io::Result<()> {
-    // SAFETY: flock is a plain C struct for which all-zero bytes are valid; OFD locks
-    // require l_pid to be 0.
-    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
-    fl.l_type = kind as libc::c_short;
-    fl.l_whence = libc::SEEK_SET as libc::c_short;
-    fl.l_start = MEASURE_LOCK;
-    fl.l_len = 1;
-    // SAFETY: the file is open for the borrow; fcntl only reads fl.
-    let rc = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_SETLK, &fl) };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
+        liveness::unlock(self.file.as_fd(), MEASURE_LOCK);
     }
 }
 
@@ -436,12 +408,6 @@ fn set_lock(file: &std::fs::File, kind: libc::c_int) -> std::io::Result<()> {
 /// the container; one query then shows them, and the next reaps.
 fn others_may_hold(used: u64, mine: u64) -> bool {
     used != mine
-}
-
-/// The fork generation that new records are made under.
-pub(crate) fn current_generation() -> u32 {
-    // Relaxed: only a fork child changes it, before any of its threads run.
-    GENERATION.load(Ordering::Relaxed)
 }
 
 /// Bytes held for an operation in progress: given back when dropped, unless kept.
@@ -503,10 +469,7 @@ impl Drop for Reservation {
 pub(crate) fn after_fork_in_child() {
     // Relaxed throughout: the child has one thread until it returns from fork.
     SLOT.store(std::ptr::null_mut(), Ordering::Relaxed);
-    CLAIMING.store(false, Ordering::Relaxed);
     CLAIM_FAILED.store(false, Ordering::Relaxed);
-    GENERATION.fetch_add(1, Ordering::Relaxed);
-    crate::compute::after_fork_in_child();
     if let Some(region) = REGION.get() {
         region.release_after_fork();
     }

@@ -2,6 +2,8 @@
 //! (`libnvidia-ml.so.1`), and their symbols, looked up with the C library's own `dlsym` so
 //! that none of our wrappers is ever taken for a real function.
 
+pub(crate) mod c_dlsym;
+
 use std::ffi::{c_char, c_void, CStr};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicPtr, Ordering};
@@ -119,7 +121,7 @@ pub(crate) fn is_handle_of(lib: Lib, handle: *mut c_void) -> bool {
 pub(crate) fn resolve(lib: Lib, name: &CStr) -> Option<NonNull<c_void>> {
     let h = handle(lib)?;
     // SAFETY: `h` is a live handle we keep open; `name` is NUL-terminated.
-    let p = NonNull::new(unsafe { crate::dlsym::real_dlsym(h.as_ptr(), name.as_ptr()) })?;
+    let p = NonNull::new(unsafe { c_dlsym::real_dlsym(h.as_ptr(), name.as_ptr()) })?;
     if is_ours(p.as_ptr()) {
         crate::tlog!(
             error,

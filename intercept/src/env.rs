@@ -1,32 +1,13 @@
-//! The environment contract: every `TESSERA_*` variable the library reads, named once.
+//! The environment: the names come from the region crate's contract
+//! ([`tessera_region::env`]), declared once for every part; the readers here are the
+//! library's own, one of them allocation-free for the `dlsym` path and constructors.
 
 use std::ffi::CStr;
 
-/// The container's region file, shared by all of its processes (set by `controld`).
-pub(crate) const REGION: &str = "TESSERA_REGION";
-
-/// `env` lets a process whose region file cannot be used (unreadable, foreign, of another
-/// layout version, spoiled) run under the memory caps of its environment; unset, such a
-/// process gets a cap of 0 bytes on every device, so that a cap that was meant never turns
-/// into none.
-pub(crate) const REGION_FALLBACK: &str = "TESSERA_REGION_FALLBACK";
-
-/// The memory cap of every device, like `4GiB`, when no region says otherwise; followed by
-/// `_<index>` (`TESSERA_MEMORY_LIMIT_0`), one device's cap, which overrides it.
-pub(crate) const MEMORY_LIMIT: &str = "TESSERA_MEMORY_LIMIT";
-
-/// A standalone compute share, like `fixed:30`: enforced by the container's processes
-/// among themselves on every device `controld` does not manage.
-pub(crate) const COMPUTE: &str = "TESSERA_COMPUTE";
-
-/// The real driver to load instead of `libcuda.so.1`: a file name or a path.
-pub(crate) const REAL_LIBCUDA: &str = "TESSERA_REAL_LIBCUDA";
-
-/// How much the library says on stderr: `off`, `error` (the default), `warn`, `info`, `debug`.
-pub(crate) const LOG: &str = "TESSERA_LOG";
-
-/// `1` turns on the per-hook call counters read through `tessera_debug_counter`.
-pub(crate) const DEBUG_COUNTERS: &str = "TESSERA_DEBUG_COUNTERS";
+pub(crate) use tessera_region::env::{
+    COMPUTE, DEBUG_COUNTERS, LOG, MEMORY_LIMIT, MEMORY_LIMIT_DEVICE, REAL_LIBCUDA, REGION,
+    REGION_FALLBACK, REGION_FALLBACK_ENV,
+};
 
 /// A variable's value, if it is set and is UTF-8.
 pub(crate) fn var(name: &str) -> Option<String> {

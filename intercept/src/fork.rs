@@ -17,5 +17,7 @@ pub(crate) fn register() {
 
 /// Runs in the child right after `fork`, where only async-signal-safe work is allowed.
 extern "C" fn in_child() {
+    crate::fork_lock::after_fork_in_child();
     crate::container::after_fork_in_child();
+    crate::compute::after_fork_in_child();
 }

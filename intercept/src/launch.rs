@@ -3,43 +3,8 @@
 //! gate how the launch went. Nothing else may be added without measuring it.
 
 use crate::compute;
+use crate::hooks::real;
 use std::ffi::c_void;
-
-/// `cuLaunchKernel` and its `_ptsz` twin.
-pub(crate) type LaunchKernel = unsafe extern "C" fn(
-    *mut c_void,
-    u32,
-    u32,
-    u32,
-    u32,
-    u32,
-    u32,
-    u32,
-    *mut c_void,
-    *mut *mut c_void,
-    *mut *mut c_void,
-) -> u32;
-
-/// `cuLaunchCooperativeKernel` and its `_ptsz` twin.
-pub(crate) type LaunchCooperativeKernel = unsafe extern "C" fn(
-    *mut c_void,
-    u32,
-    u32,
-    u32,
-    u32,
-    u32,
-    u32,
-    u32,
-    *mut c_void,
-    *mut *mut c_void,
-) -> u32;
-
-/// `cuLaunchKernelEx` and its `_ptsz` twin.
-pub(crate) type LaunchKernelEx =
-    unsafe extern "C" fn(*const c_void, *mut c_void, *mut *mut c_void, *mut *mut c_void) -> u32;
-
-/// `cuGraphLaunch` and its `_ptsz` twin.
-pub(crate) type GraphLaunch = unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32;
 
 /// Offset of `hStream` in `CUlaunchConfig`: after seven `unsigned int`s, pointer-aligned.
 const LAUNCH_CONFIG_STREAM: usize = 32;
@@ -67,7 +32,7 @@ fn gated(
 #[inline(always)]
 #[allow(clippy::too_many_arguments)] // the driver's signature
 pub(crate) unsafe fn launch_kernel<const PER_THREAD: bool>(
-    real: LaunchKernel,
+    real: real::cuLaunchKernel::Real,
     f: *mut c_void,
     grid_x: u32,
     grid_y: u32,
@@ -106,7 +71,7 @@ pub(crate) unsafe fn launch_kernel<const PER_THREAD: bool>(
 #[inline(always)]
 #[allow(clippy::too_many_arguments)] // the driver's signature
 pub(crate) unsafe fn launch_cooperative_kernel<const PER_THREAD: bool>(
-    real: LaunchCooperativeKernel,
+    real: real::cuLaunchCooperativeKernel::Real,
     f: *mut c_void,
     grid_x: u32,
     grid_y: u32,
@@ -142,7 +107,7 @@ pub(crate) unsafe fn launch_cooperative_kernel<const PER_THREAD: bool>(
 /// arguments are the caller's: `config`, when not null, points to a `CUlaunchConfig`.
 #[inline(always)]
 pub(crate) unsafe fn launch_kernel_ex<const PER_THREAD: bool>(
-    real: LaunchKernelEx,
+    real: real::cuLaunchKernelEx::Real,
     config: *const c_void,
     f: *mut c_void,
     params: *mut *mut c_void,
@@ -172,7 +137,7 @@ pub(crate) unsafe fn launch_kernel_ex<const PER_THREAD: bool>(
 /// arguments are the caller's.
 #[inline(always)]
 pub(crate) unsafe fn graph_launch<const PER_THREAD: bool>(
-    real: GraphLaunch,
+    real: real::cuGraphLaunch::Real,
     exec: *mut c_void,
     stream: *mut c_void,
 ) -> u32 {

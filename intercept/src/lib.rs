@@ -19,6 +19,7 @@ mod dlsym;
 mod driver;
 mod env;
 mod fork;
+mod fork_lock;
 mod hooks;
 mod launch;
 mod memory;
@@ -29,7 +30,7 @@ mod visibility;
 /// while no other thread can be asking for it, and registers the fork handler.
 #[cfg_attr(test, allow(dead_code))]
 extern "C" fn constructor() {
-    dlsym::init();
+    driver::c_dlsym::init();
     fork::register();
 }
 

@@ -4,52 +4,20 @@
 //! errors — and errors are kept for what the user must fix, like a malformed limit.
 
 use std::sync::atomic::{AtomicU8, Ordering};
-
-/// How much to say; each level includes the ones before it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-#[repr(u8)]
-pub(crate) enum Level {
-    Off = 0,
-    Error = 1,
-    Warn = 2,
-    Info = 3,
-    Debug = 4,
-}
+pub(crate) use tessera_region::env::LogLevel as Level;
 
 /// Not read from the environment yet.
 const UNSET: u8 = u8::MAX;
 
 static LEVEL: AtomicU8 = AtomicU8::new(UNSET);
 
-impl Level {
-    fn parse(value: &str) -> Option<Level> {
-        Some(match value.trim().to_ascii_lowercase().as_str() {
-            "off" | "none" | "0" => Level::Off,
-            "error" => Level::Error,
-            "warn" | "warning" => Level::Warn,
-            "info" => Level::Info,
-            "debug" | "trace" => Level::Debug,
-            _ => return None,
-        })
-    }
-
-    fn from_u8(v: u8) -> Level {
-        match v {
-            0 => Level::Off,
-            1 => Level::Error,
-            2 => Level::Warn,
-            3 => Level::Info,
-            _ => Level::Debug,
-        }
-    }
-
-    fn label(self) -> &'static str {
-        match self {
-            Level::Off | Level::Error => "",
-            Level::Warn => "warning: ",
-            Level::Info => "info: ",
-            Level::Debug => "debug: ",
-        }
+/// What a line of `at` starts with, after `tessera: `.
+fn label(at: Level) -> &'static str {
+    match at {
+        Level::Off | Level::Error => "",
+        Level::Warn => "warning: ",
+        Level::Info => "info: ",
+        Level::Debug => "debug: ",
     }
 }
 
@@ -57,9 +25,8 @@ impl Level {
 fn level() -> Level {
     // Relaxed: the level is a value on its own; two threads that both read the environment
     // store the same value.
-    let v = LEVEL.load(Ordering::Relaxed);
-    if v != UNSET {
-        return Level::from_u8(v);
+    if let Some(level) = Level::from_u8(LEVEL.load(Ordering::Relaxed)) {
+        return level;
     }
     let value = crate::env::var(crate::env::LOG);
     let parsed = value.as_deref().map(Level::parse);
@@ -69,8 +36,9 @@ fn level() -> Level {
         write(
             Level::Error,
             format_args!(
-                "{}={value:?} is not one of off, error, warn, info, debug; using error",
-                crate::env::LOG
+                "{}={value:?} is not one of {}; using error",
+                crate::env::LOG,
+                Level::NAMES
             ),
         );
     }
@@ -86,7 +54,7 @@ pub(crate) fn enabled(at: Level) -> bool {
 /// threads and processes do not interleave. Failures to write are ignored: there is nowhere
 /// else to report them.
 pub(crate) fn write(at: Level, message: std::fmt::Arguments<'_>) {
-    let line = format!("tessera: {}{message}\n", at.label());
+    let line = format!("tessera: {}{message}\n", label(at));
     let mut rest = line.as_bytes();
     while !rest.is_empty() {
         // SAFETY: `rest` is a live byte slice; fd 2 is only written, never closed, here.
@@ -112,26 +80,3 @@ macro_rules! tlog {
     };
 }
 pub(crate) use tlog;
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn levels_parse_and_order() {
-        assert_eq!(Level::parse("WARN"), Some(Level::Warn));
-        assert_eq!(Level::parse(" debug "), Some(Level::Debug));
-        assert_eq!(Level::parse("off"), Some(Level::Off));
-        assert_eq!(Level::parse("loud"), None);
-        assert!(Level::Error < Level::Warn && Level::Info < Level::Debug);
-        for l in [
-            Level::Off,
-            Level::Error,
-            Level::Warn,
-            Level::Info,
-            Level::Debug,
-        ] {
-            assert_eq!(Level::from_u8(l as u8), l);
-        }
-    }
-}

@@ -9,6 +9,7 @@
 //! through the returned function are ours too.
 
 use crate::hooks;
+use crate::hooks::real;
 use std::ffi::{c_char, c_int, c_void, CStr};
 
 /// `CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM`: the `_ptsz`/`_ptds` variants.
@@ -17,18 +18,10 @@ const PER_THREAD_DEFAULT_STREAM: u64 = 1 << 1;
 /// `CU_GET_PROC_ADDRESS_SUCCESS`.
 const FOUND: c_int = 0;
 
-/// `cuGetProcAddress`'s signature.
-pub(crate) type GetProcAddress =
-    unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64) -> u32;
-
-/// `cuGetProcAddress_v2`'s signature.
-pub(crate) type GetProcAddressV2 =
-    unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64, *mut c_int) -> u32;
-
 /// # Safety
 /// `real` is the driver's `cuGetProcAddress`; the arguments are the caller's.
 pub(crate) unsafe fn get_proc_address(
-    real: GetProcAddress,
+    real: real::cuGetProcAddress::Real,
     symbol: *const c_char,
     pfn: *mut *mut c_void,
     cuda_version: c_int,
@@ -46,7 +39,7 @@ pub(crate) unsafe fn get_proc_address(
 /// # Safety
 /// `real` is the driver's `cuGetProcAddress_v2`; the arguments are the caller's.
 pub(crate) unsafe fn get_proc_address_v2(
-    real: GetProcAddressV2,
+    real: real::cuGetProcAddress_v2::Real,
     symbol: *const c_char,
     pfn: *mut *mut c_void,
     cuda_version: c_int,

@@ -20,6 +20,7 @@
 //! and NVML share a pid namespace, as on simgpu and on a host without one.
 
 use crate::container;
+use crate::hooks::real;
 use std::ffi::{c_char, c_uint, c_void, CString};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Once;
@@ -107,7 +108,7 @@ fn compose() {
 
 /// # Safety
 /// `real` is the driver's `cuInit`; the argument is the caller's.
-pub(crate) unsafe fn init(real: unsafe extern "C" fn(u32) -> u32, flags: u32) -> u32 {
+pub(crate) unsafe fn init(real: real::cuInit::Real, flags: u32) -> u32 {
     compose();
     // SAFETY: the caller's argument, passed on.
     unsafe { real(flags) }
@@ -147,10 +148,7 @@ fn position(mask: u32, index: u32) -> Option<u32> {
 
 /// # Safety
 /// `real` is NVML's `nvmlDeviceGetCount[_v2]`; the argument is the caller's.
-pub(crate) unsafe fn nvml_count(
-    real: unsafe extern "C" fn(*mut c_uint) -> u32,
-    count: *mut c_uint,
-) -> u32 {
+pub(crate) unsafe fn nvml_count(real: real::nvmlDeviceGetCount::Real, count: *mut c_uint) -> u32 {
     // SAFETY: the caller's argument, passed on.
     let rc = unsafe { real(count) };
     if rc == SUCCESS && !count.is_null() {
@@ -165,7 +163,7 @@ pub(crate) unsafe fn nvml_count(
 /// # Safety
 /// `real` is NVML's `nvmlDeviceGetHandleByIndex[_v2]`; the arguments are the caller's.
 pub(crate) unsafe fn nvml_handle_by_index(
-    real: unsafe extern "C" fn(c_uint, *mut *mut c_void) -> u32,
+    real: real::nvmlDeviceGetHandleByIndex::Real,
     index: c_uint,
     device: *mut *mut c_void,
 ) -> u32 {
@@ -182,7 +180,7 @@ pub(crate) unsafe fn nvml_handle_by_index(
 
 /// The node index NVML gives `device`.
 fn nvml_node_index(device: *mut c_void) -> Option<u32> {
-    let index = crate::memory::real::nvml_device_index()?;
+    let index = real::nvmlDeviceGetIndex::real()?;
     let mut i = 0u32;
     // SAFETY: device is a handle NVML just gave; writes one unsigned int to our local.
     (unsafe { index(device, &mut i) } == SUCCESS).then_some(i)
@@ -208,7 +206,7 @@ unsafe fn only_given(rc: u32, device: *mut *mut c_void) -> u32 {
 /// # Safety
 /// `real` is NVML's `nvmlDeviceGetHandleByUUID`; the arguments are the caller's.
 pub(crate) unsafe fn nvml_handle_by_uuid(
-    real: unsafe extern "C" fn(*const c_char, *mut *mut c_void) -> u32,
+    real: real::nvmlDeviceGetHandleByUUID::Real,
     uuid: *const c_char,
     device: *mut *mut c_void,
 ) -> u32 {
@@ -219,7 +217,7 @@ pub(crate) unsafe fn nvml_handle_by_uuid(
 /// # Safety
 /// `real` is NVML's `nvmlDeviceGetHandleByPciBusId[_v2]`; the arguments are the caller's.
 pub(crate) unsafe fn nvml_handle_by_pci_bus_id(
-    real: unsafe extern "C" fn(*const c_char, *mut *mut c_void) -> u32,
+    real: real::nvmlDeviceGetHandleByPciBusId::Real,
     bus_id: *const c_char,
     device: *mut *mut c_void,
 ) -> u32 {
@@ -230,7 +228,7 @@ pub(crate) unsafe fn nvml_handle_by_pci_bus_id(
 /// # Safety
 /// `real` is NVML's `nvmlDeviceGetIndex`; the arguments are the caller's.
 pub(crate) unsafe fn nvml_index(
-    real: unsafe extern "C" fn(*mut c_void, *mut c_uint) -> u32,
+    real: real::nvmlDeviceGetIndex::Real,
     device: *mut c_void,
     index: *mut c_uint,
 ) -> u32 {
@@ -271,7 +269,7 @@ const LIST_TRIES: usize = 4;
 /// # Safety
 /// `real` is NVML's query of that entry size; the arguments are the caller's.
 pub(crate) unsafe fn running_processes<const SIZE: usize>(
-    real: unsafe extern "C" fn(*mut c_void, *mut c_uint, *mut c_void) -> u32,
+    real: real::nvmlDeviceGetComputeRunningProcesses::Real,
     device: *mut c_void,
     count: *mut c_uint,
     infos: *mut c_void,

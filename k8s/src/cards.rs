@@ -105,16 +105,14 @@ pub async fn watch_health(cards: Arc<Cards>, interval: Duration, health: watch::
             for (card, (was, is)) in cards.list.iter().zip(old.iter().zip(&now)) {
                 if was != is {
                     if *is {
-                        crate::log::info(&format!(
-                            "GPU {} ({}) is healthy again",
-                            card.index, card.uuid
-                        ));
+                        tracing::info!("GPU {} ({}) is healthy again", card.index, card.uuid);
                     } else {
                         let why = cards.problem(card).unwrap_or_default();
-                        crate::log::warn(&format!(
+                        tracing::warn!(
                             "GPU {} ({}) failed its health check ({why}); its IDs are unhealthy",
-                            card.index, card.uuid
-                        ));
+                            card.index,
+                            card.uuid
+                        );
                     }
                 }
             }

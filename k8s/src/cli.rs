@@ -5,6 +5,7 @@ use crate::plugin::Config;
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use std::time::Duration;
+use tessera_region::env::LogLevel;
 
 /// Where the node's `libtessera.so` is by default (where `deploy/node.yaml` installs it).
 pub const DEFAULT_LIBRARY: &str = "/usr/local/lib/tessera/libtessera.so";
@@ -44,7 +45,7 @@ struct PluginArgs {
     #[arg(long, default_value = "/var/lib/kubelet/device-plugins")]
     kubelet_dir: PathBuf,
     /// controld's state dir: its control socket and the regions.
-    #[arg(long, env = "TESSERA_STATE_DIR", default_value = tessera_controld::daemon::DEFAULT_STATE_DIR)]
+    #[arg(long, env = tessera_region::env::STATE_DIR, default_value = tessera_controld::daemon::DEFAULT_STATE_DIR)]
     state_dir: PathBuf,
     /// The kubelet's pod-resources socket.
     #[arg(long, default_value = crate::podresources::DEFAULT_SOCKET)]
@@ -98,6 +99,7 @@ pub fn main() -> i32 {
             0
         }
         Command::Extender(a) => {
+            tessera_controld::logging::init("tessera-k8s", LogLevel::Info);
             let result = (|| {
                 let config = match &a.config {
                     Some(path) => {
@@ -112,12 +114,13 @@ pub fn main() -> i32 {
             match result {
                 Ok(()) => 0,
                 Err(e) => {
-                    crate::log::error(&e);
+                    tracing::error!("{e}");
                     1
                 }
             }
         }
         Command::DevicePlugin(a) => {
+            tessera_controld::logging::init("tessera-k8s", LogLevel::Info);
             let config = Config {
                 kubelet_dir: a.kubelet_dir,
                 state_dir: a.state_dir,
@@ -133,7 +136,7 @@ pub fn main() -> i32 {
             let runtime = match runtime() {
                 Ok(r) => r,
                 Err(e) => {
-                    crate::log::error(&e);
+                    tracing::error!("{e}");
                     return 1;
                 }
             };
@@ -142,7 +145,7 @@ pub fn main() -> i32 {
             match result {
                 Ok(()) => 0,
                 Err(e) => {
-                    crate::log::error(&e);
+                    tracing::error!("{e}");
                     1
                 }
             }

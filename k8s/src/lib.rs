@@ -18,7 +18,6 @@ pub mod controld;
 pub mod extender;
 pub mod gpu;
 pub mod ids;
-pub mod log;
 pub mod plugin;
 pub mod podresources;
 pub mod pods;

@@ -58,8 +58,6 @@ pub async fn warn(client: &kube::Client, node: &str, pod: &Pod, reason: &str, me
         .create(&PostParams::default(), &event)
         .await;
     if let Err(e) = posted {
-        crate::log::warn(&format!(
-            "cannot leave an event on pod {namespace}/{pod_name}: {e}"
-        ));
+        tracing::warn!("cannot leave an event on pod {namespace}/{pod_name}: {e}");
     }
 }

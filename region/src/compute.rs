@@ -13,9 +13,11 @@
 //! and so do its load of `gate` and its check, which then see the refill. Waits also time
 //! out (at most a millisecond in the library), so even a lost wake-up costs little.
 
+use crate::futex::Sharing;
 use crate::layout::{ComputeAccount, COMPUTE_LOCAL, COMPUTE_UNLIMITED, PPM_ALL};
 use crate::spans::BusySpan;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::Duration;
 
 /// How often the processes of a [`COMPUTE_LOCAL`] container refill their bucket.
 pub const LOCAL_REFILL_NS: u64 = 1_000_000;
@@ -33,23 +35,11 @@ pub const MAX_DEBT_NS: i64 = 5_000_000_000;
 
 /// The node clock, `CLOCK_MONOTONIC`, in nanoseconds: the clock of every time in a region.
 pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec to our local; CLOCK_MONOTONIC always exists.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    let ts = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
     u64::try_from(ts.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(ts.tv_nsec).unwrap_or(0)
 }
 
-/// Why a futex wait returned.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Woken {
-    /// Woken, or the word had already moved from the value seen.
-    Woken,
-    /// The timeout passed.
-    TimedOut,
-}
+pub use crate::futex::Woken;
 
 impl ComputeAccount {
     /// Bumps `gate` and wakes every launch sleeping on it. Call it after refilling the
@@ -256,37 +246,20 @@ impl ComputeAccount {
     }
 }
 
-/// `FUTEX_WAIT` (shared: the word is in a file mapping seen by other processes) while
-/// `word` holds `seen`, at most `timeout_ns`.
+/// Sleeps while `word` (in the region's shared mapping) holds `seen`, at most
+/// `timeout_ns`.
 fn futex_wait(word: &AtomicU32, seen: u32, timeout_ns: u64) -> Woken {
-    let ts = libc::timespec {
-        tv_sec: libc::time_t::try_from(timeout_ns / 1_000_000_000).unwrap_or(libc::time_t::MAX),
-        tv_nsec: (timeout_ns % 1_000_000_000) as libc::c_long,
-    };
-    // SAFETY: `word` is a live, aligned 4-byte atomic; FUTEX_WAIT only reads it and
-    // sleeps; the timespec is a relative timeout on our stack.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            word.as_ptr(),
-            libc::FUTEX_WAIT,
-            seen,
-            &ts as *const libc::timespec,
-        )
-    };
-    if rc == -1 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ETIMEDOUT) {
-        Woken::TimedOut
-    } else {
-        Woken::Woken
-    }
+    crate::futex::wait(
+        word,
+        Sharing::Shared,
+        seen,
+        Duration::from_nanos(timeout_ns),
+    )
 }
 
-/// `FUTEX_WAKE` (shared) of every sleeper on `word`.
+/// Wakes every sleeper on `word`, in any process.
 fn futex_wake(word: &AtomicU32) {
-    // SAFETY: `word` is a live, aligned 4-byte atomic; FUTEX_WAKE does not touch memory.
-    unsafe {
-        libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, i32::MAX);
-    }
+    crate::futex::wake_all(word, Sharing::Shared);
 }
 
 /// The window rule over a pair of counts (a container's, in its account; or a process's own,

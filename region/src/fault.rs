@@ -14,6 +14,10 @@
 //! `sigaction`; it never allocates or locks. A fault at an address that is not a listed
 //! mapping restores the default action and returns, so the access faults again and the
 //! process dies as it would have without this module.
+//!
+//! These calls stay raw `libc` on purpose: the handler must be async-signal-safe and touch
+//! nothing but the kernel, and the installer sets up that same handler's exact signature.
+//! Signal masks and waits elsewhere (the daemon, `exec`) go through `nix`.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 

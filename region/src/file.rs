@@ -340,7 +340,7 @@ fn initialize(mapping: &Mapping, init: &RegionInit) {
     }
     let layout = mapping.layout();
     for (account, cap) in layout.devices.iter().zip(init.memory_caps) {
-        crate::memory::MemoryCap(account).set_cap(cap);
+        crate::memory::MemoryCap(account, None).set_cap(cap);
     }
     // Release: publishes everything written above to each opener whose Acquire load of
     // `ready` (in `open_locked`) sees 1.

@@ -266,6 +266,32 @@ pub const BOARD_SIZE: usize = size_of::<BoardLayout>();
 const _: () = assert!(offset_of!(BoardLayout, online) == 64);
 const _: () = assert!(BOARD_SIZE == 64 + 8 * MAX_DEVICES);
 
+/// First bytes of a container's limits file.
+pub const LIMITS_MAGIC: [u8; 8] = *b"TSRLIMIT";
+
+/// A container's limits where its processes can only read them: the file `<region>.limits`
+/// beside its region, written by `controld` alone and given to the container read-only (a
+/// read-only mount, or a file mode its processes cannot write). Whatever a process writes
+/// into its region, the library never lets the container's memory pass these caps. A
+/// region without this file (no daemon) is held to the caps in the region alone.
+#[repr(C, align(64))]
+pub struct LimitsLayout {
+    /// [`LIMITS_MAGIC`].
+    pub magic: [u8; 8],
+    /// [`ABI_VERSION`].
+    pub abi_version: u32,
+    /// Zero.
+    pub reserved: [u8; 52],
+    /// Per device, the declared memory cap in bytes; [`UNLIMITED`] for none.
+    pub memory_caps: [AtomicU64; MAX_DEVICES],
+}
+
+/// Size of a limits file.
+pub const LIMITS_SIZE: usize = size_of::<LimitsLayout>();
+
+const _: () = assert!(offset_of!(LimitsLayout, memory_caps) == 64);
+const _: () = assert!(LIMITS_SIZE == 64 + 8 * MAX_DEVICES);
+
 /// Size of the header.
 pub const HEADER_SIZE: usize = size_of::<Header>();
 /// Size of every region file of this version.
@@ -426,6 +452,11 @@ pub fn describe() -> Vec<FieldLayout> {
         field!("tessera_board", BoardLayout, abi_version),
         field!("tessera_board", BoardLayout, reserved),
         field!("tessera_board", BoardLayout, online),
+        whole!("tessera_limits", LimitsLayout),
+        field!("tessera_limits", LimitsLayout, magic),
+        field!("tessera_limits", LimitsLayout, abi_version),
+        field!("tessera_limits", LimitsLayout, reserved),
+        field!("tessera_limits", LimitsLayout, memory_caps),
     ]
 }
 

@@ -25,11 +25,14 @@
 
 pub mod board;
 pub mod compute;
+pub mod env;
 mod error;
 pub mod fault;
 mod file;
+pub mod futex;
 pub mod layout;
-mod liveness;
+pub mod limits;
+pub mod liveness;
 mod memory;
 mod name;
 mod slot;
@@ -42,6 +45,7 @@ pub use compute::{
 };
 pub use error::RegionError;
 pub use layout::{MAX_DEVICES, MAX_PROCESSES};
+pub use limits::{limits_path, Limits};
 pub use memory::OverCap;
 pub use slot::{ProcessInfo, ProcessSlot};
 pub use spans::BusySpan;
@@ -91,6 +95,9 @@ pub struct Region {
     /// Bumped in a fork child: slots claimed before the fork are the parent's, and inert
     /// in the child.
     generation: AtomicU64,
+    /// The container's limits file beside the region, read-only, where `controld` made one:
+    /// the caps its processes cannot write.
+    limits: Option<Limits>,
 }
 
 // Both are shared between threads by the preload library.
@@ -139,6 +146,10 @@ impl Region {
         let name = name::from_field(&mapping.layout().header.name)
             .unwrap_or_default()
             .to_string();
+        let limits = match path {
+            Some(path) => Limits::open(&limits_path(path))?,
+            None => None,
+        };
         Ok(Region {
             mapping,
             lock_file,
@@ -149,11 +160,31 @@ impl Region {
             name,
             local: std::array::from_fn(|_| AtomicU64::new(0)),
             generation: AtomicU64::new(0),
+            limits,
         })
     }
 
     pub(crate) fn layout(&self) -> &RegionLayout {
         self.mapping.layout()
+    }
+
+    /// A device's account as a cap with usage under it, held to the limits file's cap too.
+    pub(crate) fn memory<'a>(&'a self, account: &'a DeviceAccount, dev: usize) -> MemoryCap<'a> {
+        MemoryCap(account, self.limits.as_ref().and_then(|l| l.cap_word(dev)))
+    }
+
+    /// Whether the region has a limits file beside it (made by `controld`).
+    pub fn has_limits(&self) -> bool {
+        self.limits.is_some()
+    }
+
+    /// The cap that the region itself holds for device `dev`, whatever its limits file
+    /// says (`controld` compares it with its own record); `None` when unlimited.
+    pub fn own_memory_cap(&self, dev: usize) -> Option<u64> {
+        match self.account(dev) {
+            Some(a) => MemoryCap(a, None).cap(),
+            None => Some(0),
+        }
     }
 
     /// The device's account; `None` past [`MAX_DEVICES`].
@@ -247,7 +278,7 @@ impl Region {
     /// [`MAX_DEVICES`] has no account and a cap of 0.
     pub fn memory_cap(&self, dev: usize) -> Option<u64> {
         match self.account(dev) {
-            Some(a) => MemoryCap(a).cap(),
+            Some(a) => self.memory(a, dev).cap(),
             None => Some(0),
         }
     }
@@ -256,7 +287,7 @@ impl Region {
     /// current usage takes nothing back; it stops new reservations until usage drops.
     pub fn set_memory_cap(&self, dev: usize, cap: Option<u64>) {
         if let Some(a) = self.account(dev) {
-            MemoryCap(a).set_cap(cap);
+            MemoryCap(a, None).set_cap(cap);
         }
     }
 
@@ -273,7 +304,43 @@ impl Region {
 
     /// Bytes the container's processes hold on device `dev`, all of them together.
     pub fn memory_used(&self, dev: usize) -> u64 {
-        self.account(dev).map_or(0, |a| MemoryCap(a).used())
+        self.account(dev).map_or(0, |a| MemoryCap(a, None).used())
+    }
+
+    /// Bytes that the process slots hold on device `dev`, all together.
+    fn slots_memory(&self, dev: usize) -> u64 {
+        self.layout()
+            .processes
+            .iter()
+            // Relaxed: momentary figures; `restore_memory_used` reads them twice.
+            .map(|p| p.memory.get(dev).map_or(0, |m| m.load(Ordering::Relaxed)))
+            .fold(0, u64::saturating_add)
+    }
+
+    /// Puts the container's usage on device `dev` back up to what its process slots hold,
+    /// where a process lowered the counter below it (`controld`: the container's processes
+    /// can write its region). Returns the counter before and after, if it raised it.
+    ///
+    /// Every reservation counts the container first and the slot second, and every release
+    /// takes from the slot first, so the slots never hold more than the counter. A reading
+    /// of the slots, the counter and the slots again, with the slots unchanged, whose
+    /// counter is lower, is tampering; the counter is raised only if it still holds what
+    /// was read (a compare-and-swap), so no reservation or release is lost.
+    pub fn restore_memory_used(&self, dev: usize) -> Option<(u64, u64)> {
+        let account = self.account(dev)?;
+        let before = self.slots_memory(dev);
+        // Relaxed: the compare-and-swap below is what decides.
+        let used = account.memory_used.load(Ordering::Relaxed);
+        let after = self.slots_memory(dev);
+        if before != after || after <= used {
+            return None;
+        }
+        // Relaxed (both): a counter with no data behind it (see `MemoryCap::reserve`).
+        account
+            .memory_used
+            .compare_exchange(used, after, Ordering::Relaxed, Ordering::Relaxed)
+            .ok()
+            .map(|_| (used, after))
     }
 
     /// The GPUs the container was given, as a bit per device; `None` for every device.

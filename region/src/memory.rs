@@ -25,16 +25,25 @@ impl std::fmt::Display for OverCap {
 
 impl std::error::Error for OverCap {}
 
-/// One device's account of a container, seen as a cap with a counter under it.
-pub(crate) struct MemoryCap<'a>(pub &'a DeviceAccount);
+/// One device's account of a container, seen as a cap with a counter under it; and the
+/// device's word in the container's limits file, where it has one: the container is held
+/// to the lower of the two caps (it can write the region's, not the limits file's).
+pub(crate) struct MemoryCap<'a>(pub &'a DeviceAccount, pub Option<&'a AtomicU64>);
 
 impl MemoryCap<'_> {
     /// The cap; `None` when unlimited.
     pub fn cap(&self) -> Option<u64> {
-        // Relaxed: the cap is a single word with no data published under it; a reservation
-        // racing with a change may be judged against either value.
-        let cap = self.0.memory_cap.load(Ordering::Relaxed);
+        let cap = self.load_cap();
         (cap != UNLIMITED).then_some(cap)
+    }
+
+    /// The cap in force: the region's, or the limits file's where that is lower.
+    fn load_cap(&self) -> u64 {
+        // Relaxed (both): each cap is a single word with no data published under it; a
+        // reservation racing with a change may be judged against either value.
+        let own = self.0.memory_cap.load(Ordering::Relaxed);
+        self.1
+            .map_or(own, |declared| own.min(declared.load(Ordering::Relaxed)))
     }
 
     /// Sets the cap. Lowering it below the current usage takes nothing back: further
@@ -65,8 +74,8 @@ impl MemoryCap<'_> {
         self.0
             .memory_used
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |used| {
-                // Relaxed: see `cap`; re-read at every try, so a raised cap is seen.
-                cap = self.0.memory_cap.load(Ordering::Relaxed);
+                // Re-read at every try, so a raised cap is seen.
+                cap = self.load_cap();
                 used.checked_add(bytes).filter(|&total| total <= cap)
             })
             .map(drop)
@@ -110,7 +119,7 @@ mod tests {
     #[test]
     fn reserves_up_to_exactly_the_cap() {
         let a = account(1000);
-        let m = MemoryCap(&a);
+        let m = MemoryCap(&a, None);
         m.reserve(600).unwrap();
         assert_eq!(
             m.reserve(401),
@@ -137,7 +146,7 @@ mod tests {
     #[test]
     fn unlimited_still_counts_and_never_wraps() {
         let a = account(UNLIMITED);
-        let m = MemoryCap(&a);
+        let m = MemoryCap(&a, None);
         assert_eq!(m.cap(), None);
         m.reserve(u64::MAX - 1).unwrap();
         assert!(m.reserve(2).is_err());
@@ -147,7 +156,7 @@ mod tests {
     #[test]
     fn a_lowered_cap_stops_new_reservations_only() {
         let a = account(1000);
-        let m = MemoryCap(&a);
+        let m = MemoryCap(&a, None);
         m.reserve(800).unwrap();
         m.set_cap(Some(500));
         assert_eq!(m.cap(), Some(500));
@@ -166,7 +175,7 @@ mod tests {
     #[test]
     fn threads_never_pass_the_cap() {
         let a = account(10_000);
-        let m = MemoryCap(&a);
+        let m = MemoryCap(&a, None);
         std::thread::scope(|s| {
             for t in 0..8u64 {
                 let m = &m;

@@ -88,7 +88,7 @@ impl Region {
                 if p.state.load(Ordering::Relaxed) != SLOT_FREE || !self.take_local(slot) {
                     continue;
                 }
-                match liveness::try_lock(fd, slot) {
+                match liveness::try_lock(fd, liveness::slot_byte(slot)) {
                     Ok(true) => {}
                     Ok(false) => {
                         self.drop_local(slot);
@@ -106,7 +106,7 @@ impl Region {
                 // pairs with the Release store that freed it (in `free` or `reap_slot`), so
                 // its counters' final values are seen before we overwrite them.
                 if p.state.load(Ordering::Acquire) != SLOT_FREE {
-                    liveness::unlock(fd, slot);
+                    liveness::unlock(fd, liveness::slot_byte(slot));
                     self.drop_local(slot);
                     continue;
                 }
@@ -149,7 +149,7 @@ impl Region {
         let fd = self.lock_file.as_fd();
         // A live slot whose lock we can take has no owner: it died. On doubt (the lock
         // cannot be queried), it lives.
-        if !matches!(liveness::try_lock(fd, slot), Ok(true)) {
+        if !matches!(liveness::try_lock(fd, liveness::slot_byte(slot)), Ok(true)) {
             self.drop_local(slot);
             return false;
         }
@@ -159,7 +159,7 @@ impl Region {
         if dead {
             self.free(p);
         }
-        liveness::unlock(fd, slot);
+        liveness::unlock(fd, liveness::slot_byte(slot));
         self.drop_local(slot);
         dead
     }
@@ -173,7 +173,7 @@ impl Region {
             // figure is taken first: if this process dies in between, the container keeps
             // the bytes counted (a leak) rather than counting them back twice.
             let bytes = held.swap(0, Ordering::Relaxed);
-            MemoryCap(account).release(bytes);
+            MemoryCap(account, None).release(bytes);
         }
         // Release: pairs with the Acquire load of the next claimer or reaper of the slot:
         // the counters are zero before the slot is seen free.
@@ -229,7 +229,7 @@ impl ProcessSlot {
         let Some(account) = self.region.account(dev) else {
             return Err(OverCap { cap: 0, used: 0 });
         };
-        let cap = MemoryCap(account);
+        let cap = self.region.memory(account, dev);
         if !self.current() {
             return Err(OverCap {
                 cap: cap.cap().unwrap_or(u64::MAX),
@@ -256,7 +256,7 @@ impl ProcessSlot {
         }
         let taken = take_at_most(&self.entry().memory[dev], bytes);
         if let Some(account) = self.region.account(dev) {
-            MemoryCap(account).release(taken);
+            MemoryCap(account, None).release(taken);
         }
     }
 
@@ -279,7 +279,7 @@ impl Drop for ProcessSlot {
         }
         let region = self.region;
         region.free(self.entry());
-        liveness::unlock(region.lock_file.as_fd(), self.index);
+        liveness::unlock(region.lock_file.as_fd(), liveness::slot_byte(self.index));
         region.drop_local(self.index);
     }
 }

@@ -41,6 +41,11 @@ pub fn parse_size(input: &str) -> Result<u64, SizeError> {
     if number.is_empty() {
         return Err(fail("it does not start with a number"));
     }
+    if ["kb", "mb", "gb", "tb"].contains(&unit.as_str()) {
+        return Err(fail(
+            "KB, MB, GB and TB may be decimal or binary; write KiB, MiB, GiB or TiB",
+        ));
+    }
     let multiplier = UNITS
         .iter()
         .find(|(name, _)| *name == unit)
@@ -73,21 +78,62 @@ pub fn parse_size(input: &str) -> Result<u64, SizeError> {
     Ok(bytes)
 }
 
-/// Writes a size for people: the largest binary unit that divides it exactly, e.g. `4GiB`,
-/// `1536MiB`, `100B`. [`parse_size`] reads it back to the same number.
+/// The binary units sizes are written in, largest first.
+const NAMES: [(&str, u64); 4] = [
+    ("TiB", 1 << 40),
+    ("GiB", 1 << 30),
+    ("MiB", 1 << 20),
+    ("KiB", 1 << 10),
+];
+
+/// The largest unit not above `bytes`, if any.
+fn unit_of(bytes: u64) -> Option<(&'static str, u64)> {
+    NAMES.iter().copied().find(|&(_, unit)| bytes >= unit)
+}
+
+/// Writes a size exactly, in Tessera's one spelling: a number, at most three decimals, and a
+/// binary unit with no space, the largest unit that keeps the number exact: `4GiB`,
+/// `1.5GiB`, `1.125MiB`, `100B`. [`parse_size`] reads it back to the same number.
 pub fn format_size(bytes: u64) -> String {
-    const NAMES: [(&str, u64); 4] = [
-        ("TiB", 1 << 40),
-        ("GiB", 1 << 30),
-        ("MiB", 1 << 20),
-        ("KiB", 1 << 10),
-    ];
-    for (name, unit) in NAMES {
-        if bytes != 0 && bytes.is_multiple_of(unit) {
-            return format!("{}{name}", bytes / unit);
+    for &(name, unit) in &NAMES {
+        if bytes < unit {
+            continue;
+        }
+        let thousandths = u128::from(bytes) * 1000;
+        if thousandths % u128::from(unit) == 0 {
+            return with_decimals(thousandths / u128::from(unit), 3, name);
         }
     }
     format!("{bytes}B")
+}
+
+/// Writes a size for a glance, in the same spelling as [`format_size`], rounded to one
+/// decimal (none from 100 up) in the largest unit not above it: `1.2GiB`, `141GiB`, `0B`.
+/// For tables and messages about usage; [`format_size`] for caps and anything read back.
+pub fn format_size_rounded(bytes: u64) -> String {
+    let Some((name, unit)) = unit_of(bytes) else {
+        return format!("{bytes}B");
+    };
+    let decimals = if bytes / unit >= 100 { 0 } else { 1 };
+    let scale = 10u128.pow(decimals);
+    // Rounded half up, in integers: exact for every u64.
+    let scaled = (u128::from(bytes) * scale + u128::from(unit) / 2) / u128::from(unit);
+    with_decimals(scaled, decimals, name)
+}
+
+/// `value / 10^decimals` with its trailing zero decimals left out, then `unit`.
+fn with_decimals(value: u128, decimals: u32, unit: &str) -> String {
+    let scale = 10u128.pow(decimals);
+    let (whole, mut fraction, mut digits) = (value / scale, value % scale, decimals as usize);
+    while digits > 0 && fraction % 10 == 0 {
+        fraction /= 10;
+        digits -= 1;
+    }
+    if digits == 0 {
+        format!("{whole}{unit}")
+    } else {
+        format!("{whole}.{fraction:0digits$}{unit}")
+    }
 }
 
 #[cfg(test)]
@@ -123,6 +169,14 @@ mod tests {
     }
 
     #[test]
+    fn ambiguous_units_are_refused_with_their_binary_names() {
+        for text in ["1GB", "512mb", "2 TB", "4kb"] {
+            let msg = parse_size(text).expect_err(text).to_string();
+            assert!(msg.contains("may be decimal or binary"), "{msg}");
+        }
+    }
+
+    #[test]
     fn bad_sizes_say_what_is_accepted() {
         for text in [
             "",
@@ -149,10 +203,35 @@ mod tests {
 
     #[test]
     fn formatted_sizes_read_back() {
-        for n in [0, 1, 1023, 1024, 1536 << 20, 4 << 30, 3 << 40, u64::MAX] {
+        let odd = [1, 1023, 1024, 1025, 1536 << 20, 1_234_567_890, 1152 << 10];
+        for n in [0, 4 << 30, 3 << 40, (1 << 40) + (1 << 30), u64::MAX]
+            .into_iter()
+            .chain(odd)
+        {
             assert_eq!(parse_size(&format_size(n)), Ok(n), "{n}");
         }
+        assert_eq!(format_size(0), "0B");
+        assert_eq!(format_size(100), "100B");
         assert_eq!(format_size(4 << 30), "4GiB");
-        assert_eq!(format_size(1536 << 20), "1536MiB");
+        assert_eq!(format_size(1536 << 20), "1.5GiB");
+        assert_eq!(format_size(1152 << 10), "1.125MiB");
+        assert_eq!(format_size(1_234_567_890), "1234567890B");
+        assert_eq!(format_size(16 << 40), "16TiB");
+    }
+
+    #[test]
+    fn rounded_sizes_read_at_a_glance_in_the_same_spelling() {
+        assert_eq!(format_size_rounded(0), "0B");
+        assert_eq!(format_size_rounded(1023), "1023B");
+        assert_eq!(format_size_rounded(2 << 30), "2GiB");
+        assert_eq!(format_size_rounded(3 << 29), "1.5GiB");
+        assert_eq!(format_size_rounded(1_234_567_890), "1.1GiB");
+        assert_eq!(format_size_rounded(141 << 30), "141GiB");
+        assert_eq!(format_size_rounded((100 << 30) + (600 << 20)), "101GiB");
+        assert_eq!(format_size_rounded(u64::MAX), "16777216TiB");
+        // Where both are exact, both spell it alike.
+        for n in [1 << 20, 3 << 29, 80 << 30] {
+            assert_eq!(format_size_rounded(n), format_size(n));
+        }
     }
 }

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::Command;
+use tessera_region::env;
 use tessera_region::layout::{self, describe};
 
 fn header_dir() -> PathBuf {
@@ -44,13 +45,19 @@ fn program() -> String {
            (unsigned)TESSERA_DEFAULT_WINDOW,
            (unsigned long long)TESSERA_DEFAULT_WINDOW_NS, (unsigned)TESSERA_PPM_ALL,
            (unsigned)TESSERA_SPAN_SLOTS, (unsigned)TESSERA_SPAN_LEN_BITS);
-    printf("ENV %s %s %s %s %s %s %s\n", TESSERA_ENV_REGION, TESSERA_ENV_MEMORY_LIMIT,
-           TESSERA_ENV_COMPUTE, TESSERA_ENV_REAL_LIBCUDA, TESSERA_ENV_STATE_DIR, TESSERA_ENV_LOG,
-           TESSERA_ENV_REGION_FALLBACK);
-    return 0;
-}
 "#;
+    // One line per variable of the environment contract, by the header's macro for it.
+    for name in env::HEADER {
+        c += &format!("    printf(\"ENV %s\\n\", {});\n", env_macro(name));
+    }
+    c += "    return 0;\n}\n";
     c
+}
+
+/// The header's macro for an environment variable: `TESSERA_ENV_` and the name without its
+/// `TESSERA_`.
+fn env_macro(name: &str) -> String {
+    format!("TESSERA_ENV_{}", name.strip_prefix("TESSERA_").unwrap())
 }
 
 fn compile_and_run(compiler: &str, lang: &str) -> String {
@@ -143,16 +150,31 @@ fn check(output: &str) {
                 layout::SPAN_LEN_BITS
             ),
         ),
-        (
-            "ENV",
-            "TESSERA_REGION TESSERA_MEMORY_LIMIT TESSERA_COMPUTE TESSERA_REAL_LIBCUDA \
-             TESSERA_STATE_DIR TESSERA_LOG TESSERA_REGION_FALLBACK"
-                .to_string(),
-        ),
     ];
     for (key, value) in want {
         assert_eq!(lines.get(key).copied(), Some(value.as_str()), "{key}");
     }
+    // The header spells every variable as the env module does.
+    let printed: Vec<&str> = output
+        .lines()
+        .filter_map(|l| l.strip_prefix("ENV "))
+        .collect();
+    assert_eq!(printed, env::HEADER);
+}
+
+#[test]
+fn the_c_header_declares_no_variable_the_env_module_lacks() {
+    let header = std::fs::read_to_string(header_dir().join("tessera.h")).unwrap();
+    let declared: Vec<&str> = header
+        .lines()
+        .filter_map(|l| l.strip_prefix("#define TESSERA_ENV_"))
+        .map(|l| l.split_whitespace().next().unwrap())
+        .collect();
+    let want: Vec<String> = env::HEADER
+        .iter()
+        .map(|name| env_macro(name)["TESSERA_ENV_".len()..].to_string())
+        .collect();
+    assert_eq!(declared, want);
 }
 
 #[test]

@@ -3,7 +3,7 @@
 use crate::config::{self, NodeConfig};
 use crate::device::{parse_devices, DEFAULT_DEVICES};
 use crate::node::{Node, Snapshot};
-use crate::units::format_size;
+use crate::units::format_size_rounded as format_size;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 

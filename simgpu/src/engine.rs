@@ -9,10 +9,12 @@
 //! scheduler alternates contexts.
 
 use crate::clock::{now_ns, sleep_until};
-use crate::futex;
-use crate::node::{DeviceState, Process};
+use crate::node::handoff::pass_engine;
+use crate::node::{DeviceState, EngineSeat, Process};
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 use std::sync::Mutex;
+use std::time::Duration;
+use tessera_region::futex::{self, Sharing};
 
 /// How long a waiter sleeps before it checks that the holder is still alive.
 const HOLDER_CHECK_NS: u64 = 10_000_000;
@@ -24,21 +26,6 @@ pub struct Span {
     pub start_ns: u64,
     /// When it finished.
     pub end_ns: u64,
-}
-
-/// What a process knows of its own hold on one device's engine.
-#[derive(Debug, Default)]
-pub(crate) struct EngineSeat {
-    held: bool,
-    /// Engine time at which the current slice began.
-    slice_start: u64,
-    /// Whether it has: a hold taken for zero-length work (an event's timestamp) starts its
-    /// slice with the first kernel, which the application submits a moment later, rather
-    /// than spend the slice's first microseconds waiting for it and then be cut off just
-    /// before the kernel's end.
-    slice_started: bool,
-    /// Engine time at which this process's last kernel chunk ended.
-    cursor: u64,
 }
 
 /// One process's view of one device's engine. Kernels of one process run one at a time; the
@@ -193,7 +180,12 @@ impl<'p> Engine<'p> {
                 }
                 continue;
             }
-            futex::wait(&e.epoch, epoch, HOLDER_CHECK_NS);
+            futex::wait(
+                &e.epoch,
+                Sharing::Shared,
+                epoch,
+                Duration::from_nanos(HOLDER_CHECK_NS),
+            );
             if e.owner.load(SeqCst) == owner && !self.process.node().slot_alive(owner as usize - 1)
             {
                 // The holder died holding the engine; reaping it passes the engine on.
@@ -225,32 +217,10 @@ impl<'p> Engine<'p> {
     }
 }
 
-/// Passes the engine held by `slot` to the next waiting slot in round-robin order (or frees
-/// it), recording `at` as the engine time the next holder may start from.
-fn pass_engine(d: &DeviceState, slot: usize, at: u64) {
-    let e = &d.engine;
-    e.handoff_ns.store(at, SeqCst);
-    let next = next_waiter(d, slot).map_or(0, |s| s as u32 + 1);
-    if e.owner
-        .compare_exchange(slot as u32 + 1, next, SeqCst, SeqCst)
-        .is_ok()
-    {
-        e.epoch.fetch_add(1, SeqCst);
-        futex::wake_all(&e.epoch);
-    }
-}
-
-fn next_waiter(d: &DeviceState, after: usize) -> Option<usize> {
-    let n = crate::node::MAX_PROCESSES;
-    (1..n)
-        .map(|k| (after + k) % n)
-        .find(|&s| d.engine.waiting[s / 64].load(SeqCst) & (1u64 << (s % 64)) != 0)
-}
-
-/// Removes a dead process from a device's engine: its waiting bit, and its hold.
-pub(crate) fn forget(d: &DeviceState, slot: usize) {
-    d.engine.waiting[slot / 64].fetch_and(!(1u64 << (slot % 64)), SeqCst);
-    if d.engine.owner.load(SeqCst) == slot as u32 + 1 {
-        pass_engine(d, slot, now_ns());
+impl Process {
+    /// The engine of a device, as this process sees it.
+    pub fn engine(&self, device: usize) -> Engine<'_> {
+        let device = self.node_index(device);
+        Engine::new(self, device, self.seat(device))
     }
 }

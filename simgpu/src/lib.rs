@@ -11,9 +11,9 @@ pub mod clock;
 pub mod config;
 pub mod device;
 pub mod engine;
-mod futex;
 pub mod node;
-pub mod units;
+/// Sizes as every Tessera tool reads and writes them (`16GiB`), from the region crate.
+pub use tessera_region::units;
 
 /// The CUDA version the simulated driver implements, as `cuDriverGetVersion` encodes it
 /// (1000 × major + 10 × minor): CUDA 13.0, which every runtime from 11.x to 13.0 accepts.

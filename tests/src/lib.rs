@@ -617,14 +617,17 @@ impl<'n> Container<'n> {
             env: Vec::new(),
         };
         if let Some(limit) = limit {
-            container = container.env("TESSERA_MEMORY_LIMIT", limit);
+            container = container.env(tessera_region::env::MEMORY_LIMIT, limit);
         }
         container
     }
 
     /// Adds `TESSERA_MEMORY_LIMIT_<device>=<limit>`.
     pub fn device_limit(self, device: usize, limit: &str) -> Container<'n> {
-        self.env(&format!("TESSERA_MEMORY_LIMIT_{device}"), limit)
+        self.env(
+            &format!("{}{device}", tessera_region::env::MEMORY_LIMIT_DEVICE),
+            limit,
+        )
     }
 
     /// Adds a variable to every command of this container.
@@ -665,7 +668,7 @@ impl<'n> Container<'n> {
             .collect::<Vec<_>>()
             .join(":");
         cmd.env("LD_PRELOAD", preload)
-            .env("TESSERA_REGION", &self.region)
+            .env(tessera_region::env::REGION, &self.region)
             .envs(self.env.iter().map(|(k, v)| (k, v)));
         cmd
     }

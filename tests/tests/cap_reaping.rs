@@ -1,6 +1,7 @@
 //! A process of a container holding 512 MiB is killed with SIGKILL (no exit
-//! handler runs); the container can allocate that memory again within a second. For every
-//! client kind: the holders are programs of that kind.
+//! handler runs); the next process of the container that allocates gets that memory at its
+//! first attempt (it reaps the dead process's slot). For every client kind: the holders are
+//! programs of that kind. How fast, daemon or not, is the scenario runner's to measure.
 
 use std::time::{Duration, Instant};
 use tessera_region::Region;
@@ -57,23 +58,21 @@ fn killed_holder(kind: ClientKind) {
         "{who}: the second holder should fail with OUT_OF_MEMORY: {err}"
     );
 
+    // The next process to allocate reaps the dead one's slot and gets its memory: at its
+    // first attempt, however long starting it takes on a loaded host (the seconds that
+    // stand for it here only bound the test).
     holder.kill();
     let killed = Instant::now();
-    let mut attempts = 0;
-    let _again = loop {
-        attempts += 1;
-        match try_hold(kind, &container, 512 * MIB) {
-            Ok(p) => break p,
-            Err(e) => assert!(
-                killed.elapsed() < Duration::from_secs(1),
-                "{who}: 1 s after SIGKILL the container still cannot allocate 512 MiB \
-                 ({attempts} attempts); last: {e}"
-            ),
-        }
-    };
+    let again = try_hold(kind, &container, 512 * MIB);
     let took = killed.elapsed();
+    eprintln!(
+        "{who}: allocating again took {took:?} after the SIGKILL, starting the process included"
+    );
+    let _again = again.unwrap_or_else(|e| {
+        panic!("{who}: after the SIGKILL the container still cannot allocate 512 MiB: {e}")
+    });
     assert!(
-        took < Duration::from_secs(1),
+        took < Duration::from_secs(30),
         "{who}: allocating again took {took:?} after the SIGKILL"
     );
     let region = Region::open(container.region()).expect("open the region");

@@ -53,18 +53,6 @@ impl Shape {
             Shape::Streams(k) | Shape::Graph(k) | Shape::Threads(k) => k.max(1),
         }
     }
-
-    /// The shape of mode `mode` with `k`, if `mode` is a shape.
-    pub fn of(mode: &str, k: usize) -> Option<Shape> {
-        Some(match mode {
-            "queue" => Shape::Queue,
-            "streams" => Shape::Streams(k),
-            "graph" => Shape::Graph(k),
-            "ptsz" => Shape::PerThread,
-            "threads" => Shape::Threads(k),
-            _ => return None,
-        })
-    }
 }
 
 /// Every shape's mode name.

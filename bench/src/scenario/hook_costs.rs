@@ -4,6 +4,7 @@
 //! Criterion keeps each benchmark's estimates in `<home>/<group>/<id>/new/estimates.json`;
 //! the median's point estimate and 95 % confidence interval are what the tables show.
 
+use super::error::ScenarioError;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -198,9 +199,9 @@ pub fn read(home: &Path) -> HookCosts {
 
 /// Runs the benchmark with `cargo` in `workspace`, criterion writing into `home` (emptied
 /// first, so that nothing of an earlier run is read back). Its output goes to stderr.
-pub fn run(cargo: &Path, workspace: &Path, home: &Path) -> Result<Duration, String> {
+pub fn run(cargo: &Path, workspace: &Path, home: &Path) -> Result<Duration, ScenarioError> {
     let _ = std::fs::remove_dir_all(home);
-    std::fs::create_dir_all(home).map_err(|e| format!("cannot create {}: {e}", home.display()))?;
+    std::fs::create_dir_all(home).map_err(ScenarioError::file("create", home))?;
     let start = Instant::now();
     let status = Command::new(cargo)
         .current_dir(workspace)
@@ -210,9 +211,12 @@ pub fn run(cargo: &Path, workspace: &Path, home: &Path) -> Result<Duration, Stri
         .stdin(Stdio::null())
         .stdout(stderr())
         .status()
-        .map_err(|e| format!("cannot run {}: {e}", cargo.display()))?;
+        .map_err(ScenarioError::start(format!("run {}", cargo.display())))?;
     if !status.success() {
-        return Err(format!("{} failed ({status})", bench_command()));
+        return Err(ScenarioError::Failed {
+            what: bench_command(),
+            status,
+        });
     }
     Ok(start.elapsed())
 }

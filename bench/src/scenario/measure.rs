@@ -7,7 +7,8 @@
 //!   `gpuload` publishes (its completed kernels times their length, see
 //!   [`crate::gpuload::Progress`]), and each process's memory from NVML.
 
-use crate::driver::Nvml;
+use super::error::ScenarioError;
+use crate::driver::{Nvml, NvmlError};
 use crate::gpuload::Progress;
 use std::collections::{btree_map, BTreeMap};
 use std::path::{Path, PathBuf};
@@ -113,7 +114,7 @@ impl Trace {
 /// Reads the ground truth every `period` on a thread until stopped.
 pub struct Sampler {
     stop: Arc<AtomicBool>,
-    handle: Option<JoinHandle<Result<Trace, String>>>,
+    handle: Option<JoinHandle<Result<Trace, ScenarioError>>>,
 }
 
 /// One reading of a source: when (node clock), `(pid, busy ns, alive)` of each process it
@@ -157,7 +158,7 @@ struct ProgressDir {
     dir: PathBuf,
     files: BTreeMap<u32, Progress>,
     /// NVML, or why not (then no memory is reported).
-    nvml: Result<Nvml, String>,
+    nvml: Result<Nvml, NvmlError>,
     memory: Vec<(u32, u64)>,
     memory_at: Option<u64>,
 }
@@ -223,11 +224,11 @@ fn process_alive(pid: u32) -> bool {
 impl Sampler {
     /// Starts sampling `truth`: a simgpu node's state file, or a directory of `gpuload`
     /// progress files (what [`super::Testbed::node_state`] names on the system's driver).
-    pub fn start(truth: &Path, period: Duration) -> Result<Sampler, String> {
+    pub fn start(truth: &Path, period: Duration) -> Result<Sampler, ScenarioError> {
         let mut source = if truth.is_dir() {
             Source::Progress(ProgressDir::new(truth))
         } else {
-            Source::Node(simgpu::node::Node::open_existing(truth).map_err(|e| e.to_string())?)
+            Source::Node(simgpu::node::Node::open_existing(truth)?)
         };
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
@@ -267,7 +268,7 @@ impl Sampler {
                 }
                 Ok(trace)
             })
-            .map_err(|e| format!("cannot start the sampler: {e}"))?;
+            .map_err(ScenarioError::start("start the sampler"))?;
         Ok(Sampler {
             stop,
             handle: Some(handle),
@@ -275,15 +276,17 @@ impl Sampler {
     }
 
     /// Stops and returns what it read.
-    pub fn stop(mut self) -> Result<Trace, String> {
+    pub fn stop(mut self) -> Result<Trace, ScenarioError> {
         self.finish()
     }
 
-    fn finish(&mut self) -> Result<Trace, String> {
+    fn finish(&mut self) -> Result<Trace, ScenarioError> {
         self.stop.store(true, Ordering::Relaxed);
         match self.handle.take() {
-            Some(h) => h.join().map_err(|_| "the sampler panicked".to_string())?,
-            None => Err("the sampler was already stopped".into()),
+            Some(h) => h
+                .join()
+                .map_err(|_| ScenarioError::Run("the sampler panicked".into()))?,
+            None => Err(ScenarioError::Run("the sampler was already stopped".into())),
         }
     }
 }

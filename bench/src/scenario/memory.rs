@@ -11,11 +11,13 @@
 //! at the same instant (libtessera measures a context's overhead as the device's growth
 //! while it is created).
 
+use super::error::ScenarioError;
 use super::plot::{Chart, Panel, Series};
 use super::{Bins, Options, Outcome, Proc, Sampler, Spec, Testbed, Trace};
 use serde_json::Value;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+use tessera_region::units::format_size;
 
 const GIB: u64 = 1 << 30;
 const MIB: u64 = 1 << 20;
@@ -102,40 +104,41 @@ fn held(trace: &Trace, pids: &[u32]) -> Vec<(u64, u64)> {
 
 /// Sets each container's cap through the daemon's control socket, as an operator would
 /// (`controld container set NAME --memory SIZE`), and checks the regions show it.
-fn set_caps(bins: &Bins, bed: &Testbed) -> Result<(), String> {
+fn set_caps(bins: &Bins, bed: &Testbed) -> Result<(), ScenarioError> {
     for (name, cap) in CAPPED {
         let region = bed.region_path(name);
         let state_dir = region
             .parent()
-            .ok_or_else(|| format!("{} has no folder", region.display()))?;
+            .ok_or_else(|| ScenarioError::Run(format!("{} has no folder", region.display())))?;
         let out = Command::new(&bins.controld)
             .args(["container", "set", name, "--memory"])
-            .arg(format!("{}MiB", cap / MIB))
+            .arg(format_size(cap))
             .arg("--state-dir")
             .arg(state_dir)
-            .env_remove("TESSERA_STATE_DIR")
+            .env_remove(tessera_region::env::STATE_DIR)
             .stdin(Stdio::null())
             .output()
-            .map_err(|e| format!("cannot run controld container set: {e}"))?;
+            .map_err(ScenarioError::start("run controld container set"))?;
         if !out.status.success() {
-            return Err(format!(
-                "controld container set {name} failed: {}",
-                String::from_utf8_lossy(&out.stderr).trim()
-            ));
+            return Err(ScenarioError::Program {
+                what: format!("controld container set {name}"),
+                outcome: format!("failed ({})", out.status),
+                stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+            });
         }
         let shown = bed.region(name)?.memory_cap(0);
         if shown != Some(cap) {
-            return Err(format!(
+            return Err(ScenarioError::Run(format!(
                 "container {name}: region shows cap {shown:?}, set {cap}"
-            ));
+            )));
         }
     }
     Ok(())
 }
 
 /// Starts `gpuload alloc` in `name` asking for `bytes` and holding them `hold`.
-fn alloc(bed: &Testbed, name: &str, bytes: u64, hold: Duration) -> Result<Proc, String> {
-    let size = format!("{}MiB", bytes / MIB);
+fn alloc(bed: &Testbed, name: &str, bytes: u64, hold: Duration) -> Result<Proc, ScenarioError> {
+    let size = format_size(bytes);
     let hold = format!("{:.3}", hold.as_secs_f64());
     bed.gpuload(
         name,
@@ -151,11 +154,11 @@ fn sleep_until(start: Instant, at: Duration) {
 }
 
 /// Waits for a process to exit and reads its report.
-fn report(p: Proc) -> Result<Value, String> {
+fn report(p: Proc) -> Result<Value, ScenarioError> {
     p.finish(Duration::from_secs(30))
 }
 
-fn cap_run(bins: &Bins, tessera: bool, step: Duration) -> Result<CapRun, String> {
+fn cap_run(bins: &Bins, tessera: bool, step: Duration) -> Result<CapRun, ScenarioError> {
     let bed = Testbed::new(bins, &SPECS, tessera)?;
     if tessera {
         set_caps(bins, &bed)?;
@@ -196,7 +199,7 @@ fn cap_run(bins: &Bins, tessera: bool, step: Duration) -> Result<CapRun, String>
         .into_iter()
         .zip(CAPPED)
         .map(|(p, (_, cap))| Ok(Grant::from_report(ask(cap, REFILL), &report(p)?)))
-        .collect::<Result<Vec<_>, String>>()?;
+        .collect::<Result<Vec<_>, ScenarioError>>()?;
     std::thread::sleep(Duration::from_millis(50));
     let trace = sampler.stop()?;
     let origin = trace.samples.first().map_or(0, |s| s.t_ns);
@@ -295,7 +298,7 @@ fn chart(run: &CapRun, base: Option<&CapRun>) -> Chart {
 }
 
 /// The cap scenario: three containers with caps of 2, 3 and 4 GiB.
-pub(super) fn memory_caps(bins: &Bins, o: &Options) -> Result<Outcome, String> {
+pub(super) fn memory_caps(bins: &Bins, o: &Options) -> Result<Outcome, ScenarioError> {
     let mut out = Outcome::new("memory-caps");
     let step = (o.phase(5.0) / STEPS).max(Duration::from_millis(300));
     o.say("two steps of 60 % of the cap, then 120 %, with Tessera");

@@ -9,6 +9,7 @@
 //! charts for the report. The report ([`report`]) puts them together with the hook costs
 //! ([`hook_costs`]) into `bench/RESULTS.md` and its plots.
 
+mod error;
 pub mod hook_costs;
 mod measure;
 mod memory;
@@ -20,6 +21,7 @@ mod shapes;
 mod shares;
 mod testbed;
 
+pub use error::ScenarioError;
 pub use measure::{cpu_ns, percentile, Sample, Sampler, Trace};
 pub use report::{
     commit, machine, render_markdown, render_table, span, today, write_report, HookFigures, Report,
@@ -156,7 +158,7 @@ pub struct Scenario {
     pub item: u32,
     /// One line about it.
     pub about: &'static str,
-    run: fn(&Bins, &Options) -> Result<Outcome, String>,
+    run: fn(&Bins, &Options) -> Result<Outcome, ScenarioError>,
 }
 
 /// Every scenario, in the table's order.
@@ -253,7 +255,7 @@ pub fn find(name: &str) -> Option<&'static Scenario> {
 }
 
 /// Runs one scenario.
-pub fn run(scenario: &Scenario, bins: &Bins, options: &Options) -> Result<Outcome, String> {
+pub fn run(scenario: &Scenario, bins: &Bins, options: &Options) -> Result<Outcome, ScenarioError> {
     let start = Instant::now();
     let mut outcome = (scenario.run)(bins, options)?;
     outcome.wall = start.elapsed();
@@ -261,8 +263,8 @@ pub fn run(scenario: &Scenario, bins: &Bins, options: &Options) -> Result<Outcom
 }
 
 /// Runs the scenario called `name`.
-pub fn run_named(name: &str, bins: &Bins, options: &Options) -> Result<Outcome, String> {
-    let scenario = find(name).ok_or_else(|| format!("no scenario {name}"))?;
+pub fn run_named(name: &str, bins: &Bins, options: &Options) -> Result<Outcome, ScenarioError> {
+    let scenario = find(name).ok_or_else(|| ScenarioError::Setup(format!("no scenario {name}")))?;
     run(scenario, bins, options)
 }
 
@@ -278,7 +280,11 @@ fn ms(v: f64) -> String {
 
 /// Waits until every process of `procs` has had GPU time ([`Testbed::has_run`]); fails if
 /// one exits first or `timeout` passes.
-fn wait_running(bed: &Testbed, procs: &mut [&mut Proc], timeout: Duration) -> Result<(), String> {
+fn wait_running(
+    bed: &Testbed,
+    procs: &mut [&mut Proc],
+    timeout: Duration,
+) -> Result<(), ScenarioError> {
     bed.wait_running(procs, timeout)
 }
 
@@ -376,7 +382,7 @@ fn train_together(
     warmup: Duration,
     phase: Duration,
     period: Duration,
-) -> Result<TrainRun, String> {
+) -> Result<TrainRun, ScenarioError> {
     let bed = Testbed::new(bins, specs, tessera)?;
     let seconds = format!("{}", (warmup + phase).as_secs_f64() + 15.0);
     let mut args: Vec<&str> = workload.0.iter().map(String::as_str).collect();
@@ -416,10 +422,10 @@ fn train_together(
     let trace = sampler.stop()?;
     for p in &mut procs {
         if !p.alive() {
-            return Err(format!(
+            return Err(ScenarioError::Run(format!(
                 "workload {} ended inside the measuring phase",
                 p.pid()
-            ));
+            )));
         }
     }
     Ok(TrainRun {

@@ -3,16 +3,17 @@
 //! each against the same program without the preload, and the daemon's CPU time beside
 //! eight busy containers.
 
+use super::error::ScenarioError;
 use super::{cpu_ns, pct, wait_running, Bins, Options, Outcome, Proc, Spec, Testbed};
 use std::time::{Duration, Instant};
 
 /// The 20 µs kernel workload.
 const TRAIN: [&str; 3] = ["train", "--kernel-ms", "0.02"];
 
-fn kernels_per_s(report: &serde_json::Value) -> Result<f64, String> {
-    report["kernels_per_s"]
-        .as_f64()
-        .ok_or_else(|| format!("gpuload train reported no kernels_per_s: {report}"))
+fn kernels_per_s(report: &serde_json::Value) -> Result<f64, ScenarioError> {
+    report["kernels_per_s"].as_f64().ok_or_else(|| {
+        ScenarioError::Run(format!("gpuload train reported no kernels_per_s: {report}"))
+    })
 }
 
 /// Which side of Tessera a round's container is on.
@@ -31,7 +32,7 @@ enum Side {
 /// them side by side puts both under the same load of the machine, so their ratio is the
 /// library's cost, not the machine's drift. Returns both throughputs and the container's
 /// compute mode mid-run.
-fn round(bins: &Bins, phase: Duration, side: Side) -> Result<(f64, f64, u32), String> {
+fn round(bins: &Bins, phase: Duration, side: Side) -> Result<(f64, f64, u32), ScenarioError> {
     let specs = [Spec::online("solo", "best-effort")];
     let tessera = Testbed::new(bins, &specs, side == Side::Managed)?;
     let plain = Testbed::new(bins, &specs, false)?;
@@ -70,7 +71,7 @@ fn median(v: &mut [f64]) -> f64 {
 
 /// Item 8: one container, no limit binding, 20 µs kernels, against no preload: the median
 /// over rounds of the ratio of the two throughputs, measured side by side (see [`round`]).
-pub(super) fn unlimited_throughput(bins: &Bins, o: &Options) -> Result<Outcome, String> {
+pub(super) fn unlimited_throughput(bins: &Bins, o: &Options) -> Result<Outcome, ScenarioError> {
     let mut out = Outcome::new("overhead");
     let phase = o.phase(4.0);
     let rounds = if o.seconds.is_some_and(|s| s < 3.0) {
@@ -154,7 +155,7 @@ pub(super) fn unlimited_throughput(bins: &Bins, o: &Options) -> Result<Outcome, 
 }
 
 /// Item 9: `controld`'s CPU time beside eight busy containers.
-pub(super) fn daemon_cpu(bins: &Bins, o: &Options) -> Result<Outcome, String> {
+pub(super) fn daemon_cpu(bins: &Bins, o: &Options) -> Result<Outcome, ScenarioError> {
     let mut out = Outcome::new("daemon-cpu");
     let specs = [
         Spec::online("c1", "fixed:10"),
@@ -169,7 +170,9 @@ pub(super) fn daemon_cpu(bins: &Bins, o: &Options) -> Result<Outcome, String> {
     let phase = o.phase(10.0);
     o.say("eight busy containers under controld");
     let bed = Testbed::new(bins, &specs, true)?;
-    let daemon = bed.daemon_pid().ok_or("no daemon")?;
+    let daemon = bed
+        .daemon_pid()
+        .ok_or_else(|| ScenarioError::Run("no daemon".into()))?;
     let seconds = format!("{}", phase.as_secs_f64() + 20.0);
     let mut procs = specs
         .iter()
@@ -185,21 +188,15 @@ pub(super) fn daemon_cpu(bins: &Bins, o: &Options) -> Result<Outcome, String> {
     let mut online: Vec<&mut Proc> = procs.iter_mut().take(6).collect();
     wait_running(&bed, &mut online, Duration::from_secs(20))?;
     std::thread::sleep(Duration::from_secs(1));
-    let (cpu0, t0) = (
-        cpu_ns(daemon).ok_or("cannot read controld's CPU time")?,
-        Instant::now(),
-    );
+    let (cpu0, t0) = (cpu_ns(daemon).ok_or_else(no_cpu_time)?, Instant::now());
     std::thread::sleep(phase);
-    let (cpu1, wall) = (
-        cpu_ns(daemon).ok_or("cannot read controld's CPU time")?,
-        t0.elapsed(),
-    );
+    let (cpu1, wall) = (cpu_ns(daemon).ok_or_else(no_cpu_time)?, t0.elapsed());
     for p in &mut procs {
         if !p.alive() {
-            return Err(format!(
+            return Err(ScenarioError::Run(format!(
                 "workload {} ended inside the measuring phase",
                 p.pid()
-            ));
+            )));
         }
     }
     let share = (cpu1 - cpu0) as f64 / wall.as_nanos() as f64;
@@ -222,4 +219,9 @@ pub(super) fn daemon_cpu(bins: &Bins, o: &Options) -> Result<Outcome, String> {
         Some(share <= 0.05),
     );
     Ok(out)
+}
+
+/// Why the daemon's CPU time is missing.
+fn no_cpu_time() -> ScenarioError {
+    ScenarioError::Run("cannot read controld's CPU time".into())
 }

@@ -6,6 +6,7 @@
 //! viewer to set, so drawing needs no fonts on this machine (plotters estimates a label's
 //! width from its length, which is all the layout needs).
 
+use super::error::ScenarioError;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
@@ -139,7 +140,7 @@ impl Chart {
     }
 
     /// The chart as an SVG document.
-    pub fn to_svg(&self) -> Result<String, String> {
+    pub fn to_svg(&self) -> Result<String, ScenarioError> {
         let mut svg = String::new();
         let panels = self.panels.len().max(1);
         let size = (
@@ -148,10 +149,12 @@ impl Chart {
         );
         {
             let root = SVGBackend::with_string(&mut svg, size).into_drawing_area();
-            self.draw(&root)
-                .map_err(|e| format!("cannot draw {}: {e}", self.file))?;
-            root.present()
-                .map_err(|e| format!("cannot draw {}: {e}", self.file))?;
+            let failed = |e: &dyn std::fmt::Display| ScenarioError::Plot {
+                file: self.file.clone(),
+                reason: e.to_string(),
+            };
+            self.draw(&root).map_err(|e| failed(&e))?;
+            root.present().map_err(|e| failed(&e))?;
         }
         // The document's title, for screen readers and for a reader hovering over it.
         let title = format!("<title>{}</title>\n", escape(&self.title));

@@ -3,6 +3,7 @@
 //! from the node's busy time, and the preemption latency from the stamps the library writes
 //! into the regions.
 
+use super::error::ScenarioError;
 use super::plot::{cdf, Chart, Panel, Series};
 use super::{
     measure::percentile, ms, pct, wait_running, Bins, Options, Outcome, Sampler, Spec, Testbed,
@@ -77,7 +78,7 @@ fn infer_run(
     background: &[(&str, &Workload)],
     infer: &[&str],
     phase: Duration,
-) -> Result<InferRun, String> {
+) -> Result<InferRun, ScenarioError> {
     let bed = Testbed::new(bins, specs, tessera)?;
     let sampler = Sampler::start(bed.node_state(), Duration::from_millis(20))?;
     let long = format!("{}", phase.as_secs_f64() + 30.0);
@@ -112,16 +113,18 @@ fn infer_run(
     let trace = sampler.stop()?;
     for p in &mut offline {
         if !p.alive() {
-            return Err("a background workload ended early".into());
+            return Err(ScenarioError::Run(
+                "a background workload ended early".into(),
+            ));
         }
     }
     let from = trace
         .first_busy(online_pid)
         .map(|t| trace.at(t))
-        .ok_or("the online workload never ran")?;
+        .ok_or_else(|| ScenarioError::Run("the online workload never ran".into()))?;
     let to = trace
         .last_alive(online_pid)
-        .ok_or("the online workload was never seen")?;
+        .ok_or_else(|| ScenarioError::Run("the online workload was never seen".into()))?;
     let background: Vec<f64> = offline
         .iter()
         .map(|p| trace.share(&[p.pid()], from, to))
@@ -129,7 +132,7 @@ fn infer_run(
     let num = |k: &str| {
         report[k]
             .as_f64()
-            .ok_or_else(|| format!("gpuload infer reported no {k}: {report}"))
+            .ok_or_else(|| ScenarioError::Run(format!("gpuload infer reported no {k}: {report}")))
     };
     let (cdf, every_request) = latency_cdf(&report);
     Ok(InferRun {
@@ -145,7 +148,7 @@ fn infer_run(
 }
 
 /// Item 5: online `gpuload infer` beside offline `gpuload train`.
-pub(super) fn online_offline(bins: &Bins, o: &Options) -> Result<Outcome, String> {
+pub(super) fn online_offline(bins: &Bins, o: &Options) -> Result<Outcome, ScenarioError> {
     let mut out = Outcome::new("online-offline");
     let phase = o.phase(10.0);
 
@@ -320,7 +323,7 @@ pub(super) fn online_offline(bins: &Bins, o: &Options) -> Result<Outcome, String
 /// online `burst:50` service (20 requests/s of five 1 ms kernels), an offline best-effort
 /// trainer and an offline `fixed:20` job. The fixed job at 20 ± 2 %; the service's p99
 /// within 1.10 × its p99 alone.
-pub(super) fn demo_mix(bins: &Bins, o: &Options) -> Result<Outcome, String> {
+pub(super) fn demo_mix(bins: &Bins, o: &Options) -> Result<Outcome, ScenarioError> {
     let mut out = Outcome::new("demo-mix");
     demo_mix_rows(&mut out, bins, o, "", 0.02)?;
     Ok(out)
@@ -333,7 +336,7 @@ pub(super) fn demo_mix_rows(
     o: &Options,
     label: &str,
     tolerance: f64,
-) -> Result<(), String> {
+) -> Result<(), ScenarioError> {
     let phase = o.phase(10.0);
     let specs = [
         Spec::online("inference", "burst:50"),
@@ -657,7 +660,11 @@ impl PreemptRun {
 
 /// Online `gpuload infer` (ten 1 ms kernels per request, 20/s) beside an offline
 /// `gpuload train` of `offline_kernel_ms` kernels, with the regions' stamps watched.
-fn preempt_run(bins: &Bins, offline_kernel_ms: f64, phase: Duration) -> Result<PreemptRun, String> {
+fn preempt_run(
+    bins: &Bins,
+    offline_kernel_ms: f64,
+    phase: Duration,
+) -> Result<PreemptRun, ScenarioError> {
     let bed = Testbed::new(bins, &SPECS, true)?;
     let long = format!("{}", phase.as_secs_f64() + 30.0);
     let kernel = format!("{offline_kernel_ms}");
@@ -673,7 +680,7 @@ fn preempt_run(bins: &Bins, offline_kernel_ms: f64, phase: Duration) -> Result<P
         std::thread::Builder::new()
             .name("preemption-watch".into())
             .spawn(move || watch_preemptions(on, off, stop))
-            .map_err(|e| format!("cannot start the watcher: {e}"))?
+            .map_err(ScenarioError::start("start the watcher"))?
     };
     let seconds = format!("{}", phase.as_secs_f64());
     let online = bed.gpuload(
@@ -694,10 +701,12 @@ fn preempt_run(bins: &Bins, offline_kernel_ms: f64, phase: Duration) -> Result<P
     stop.store(true, Ordering::Relaxed);
     let seen = watcher
         .join()
-        .map_err(|_| "the preemption watcher panicked".to_string())?;
+        .map_err(|_| ScenarioError::Run("the preemption watcher panicked".into()))?;
     let report = report?;
     if !offline.alive() {
-        return Err("the offline workload ended early".into());
+        return Err(ScenarioError::Run(
+            "the offline workload ended early".into(),
+        ));
     }
     // Relaxed: a statistic, read after the run.
     let preemptions = bed
@@ -723,7 +732,7 @@ fn preempt_run(bins: &Bins, offline_kernel_ms: f64, phase: Duration) -> Result<P
 /// The daemon's block alone is shown too. The offline
 /// library's own stamp of its first refused attempt is shown too; it comes later, when the
 /// offline job next tries to launch, after the kernel it waits on.
-pub(super) fn preemption(bins: &Bins, o: &Options) -> Result<Outcome, String> {
+pub(super) fn preemption(bins: &Bins, o: &Options) -> Result<Outcome, ScenarioError> {
     let mut out = Outcome::new("preemption");
     let phase = o.phase(10.0);
     o.say("online infer beside offline train, with Tessera; the regions watched");

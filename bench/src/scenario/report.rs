@@ -3,6 +3,7 @@
 //! figures is fixed text that states no figure of its own: every number on the page is
 //! computed in the run that writes it.
 
+use super::error::ScenarioError;
 use super::hook_costs::{self, HookCost, HookCosts};
 use super::{Options, Outcome, SCENARIOS};
 use std::fmt::Write as _;
@@ -562,29 +563,25 @@ fn anchor(heading: &str) -> String {
 /// Writes `RESULTS.md` and the plots into `dir` (the plots into `dir/plots`, where every
 /// older `.svg` is removed first: each plot on the page is from this run). Returns the
 /// files written.
-pub fn write_report(dir: &Path, report: &Report) -> Result<Vec<PathBuf>, String> {
+pub fn write_report(dir: &Path, report: &Report) -> Result<Vec<PathBuf>, ScenarioError> {
     let plots = dir.join(PLOTS);
-    std::fs::create_dir_all(&plots)
-        .map_err(|e| format!("cannot create {}: {e}", plots.display()))?;
-    let old =
-        std::fs::read_dir(&plots).map_err(|e| format!("cannot read {}: {e}", plots.display()))?;
+    std::fs::create_dir_all(&plots).map_err(ScenarioError::file("create", &plots))?;
+    let old = std::fs::read_dir(&plots).map_err(ScenarioError::file("read", &plots))?;
     for entry in old.flatten() {
         let path = entry.path();
         if path.extension().is_some_and(|e| e == "svg") {
-            std::fs::remove_file(&path)
-                .map_err(|e| format!("cannot remove {}: {e}", path.display()))?;
+            std::fs::remove_file(&path).map_err(ScenarioError::file("remove", &path))?;
         }
     }
     let mut written = Vec::new();
     for chart in report.outcomes.iter().flat_map(|o| &o.charts) {
         let path = plots.join(format!("{}.svg", chart.file));
-        std::fs::write(&path, chart.to_svg()?)
-            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        std::fs::write(&path, chart.to_svg()?).map_err(ScenarioError::file("write", &path))?;
         written.push(path);
     }
     let results = dir.join("RESULTS.md");
     std::fs::write(&results, render_markdown(report))
-        .map_err(|e| format!("cannot write {}: {e}", results.display()))?;
+        .map_err(ScenarioError::file("write", &results))?;
     written.insert(0, results);
     Ok(written)
 }

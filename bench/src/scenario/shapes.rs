@@ -5,6 +5,7 @@
 //! the node's ground truth, beside the same program without Tessera, and `controld`'s own
 //! measure of each container is checked against that ground truth.
 
+use super::error::ScenarioError;
 use super::shares::{baseline_run, shares_chart, shown, within, SECOND, TENTH};
 use super::{pct, train_together, Bins, Options, Outcome, Spec, TrainRun, Workload};
 
@@ -53,7 +54,7 @@ fn daemon_row(out: &mut Outcome, what: &str, run: &TrainRun) {
 }
 
 /// Item 11: `fixed:30` alone, each shape: 30 ± 2 % in every 1 s window.
-pub(super) fn fixed_shapes(bins: &Bins, o: &Options) -> Result<Outcome, String> {
+pub(super) fn fixed_shapes(bins: &Bins, o: &Options) -> Result<Outcome, ScenarioError> {
     let mut out = Outcome::new("shapes");
     for &shape in SHAPES {
         fixed_shape(&mut out, bins, o, shape, "", 0.02)?;
@@ -70,7 +71,7 @@ fn fixed_shape(
     (mode, count, kernel_ms, what): (&str, usize, f64, &str),
     label: &str,
     tolerance: f64,
-) -> Result<(), String> {
+) -> Result<(), ScenarioError> {
     let specs = [Spec::online("fixed30", "fixed:30")];
     let phase = o.phase(10.0);
     let workload = Workload::deep(mode, count, kernel_ms);
@@ -107,7 +108,7 @@ fn fixed_shape(
 
 /// Item 12: deep-queueing containers side by side: `fixed:20` + `burst:30` + `best-effort`
 /// at 20 / 55 / 25 ± 3 %, and `fixed:30` + `fixed:70` at 30 / 70 ± 2 %.
-pub(super) fn mixed_deep(bins: &Bins, o: &Options) -> Result<Outcome, String> {
+pub(super) fn mixed_deep(bins: &Bins, o: &Options) -> Result<Outcome, ScenarioError> {
     let mut out = Outcome::new("mixed-deep");
     deep_set(&mut out, bins, o, DeepSet::Mixed, "", 0.03)?;
     deep_set(&mut out, bins, o, DeepSet::Pair, "", 0.02)?;
@@ -132,7 +133,7 @@ fn deep_set(
     set: DeepSet,
     label: &str,
     tolerance: f64,
-) -> Result<(), String> {
+) -> Result<(), ScenarioError> {
     let phase = o.phase(10.0);
     let workload = Workload::deep("queue", 1, 1.0);
     let (name, specs, targets) = match set {
@@ -195,7 +196,7 @@ fn deep_set(
 /// Item 14: criteria of items 11–13 while two threads keep two cores busy: `fixed:30`
 /// queueing on the null stream, the deep-queueing mix, and the demo's mix, each within
 /// ± 3 points, and `controld`'s measure within a point of the ground truth.
-pub(super) fn busy_host(bins: &Bins, o: &Options) -> Result<Outcome, String> {
+pub(super) fn busy_host(bins: &Bins, o: &Options) -> Result<Outcome, ScenarioError> {
     let mut out = Outcome::new("busy-host");
     let _hogs = CpuHogs::start(2);
     let label = "2 CPU hogs: ";

@@ -1,6 +1,7 @@
 //! Shares of saturating containers (items 1–4 and 7): busy time per container
 //! from the node's ground truth, divided by the wall time it covers.
 
+use super::error::ScenarioError;
 use super::plot::{Chart, Panel, Series};
 use super::{
     pct, train_together, wait_running, Bins, Options, Outcome, Sampler, Spec, Testbed, Trace,
@@ -19,7 +20,7 @@ pub(super) fn baseline_run(
     workload: &Workload,
     phase: Duration,
     o: &Options,
-) -> Result<Option<TrainRun>, String> {
+) -> Result<Option<TrainRun>, ScenarioError> {
     if !o.baseline {
         return Ok(None);
     }
@@ -135,7 +136,7 @@ pub(super) fn within(share: f64, target: f64, tolerance: f64) -> bool {
 }
 
 /// Item 1: `fixed:30` alone and saturating.
-pub(super) fn fixed_alone(bins: &Bins, o: &Options) -> Result<Outcome, String> {
+pub(super) fn fixed_alone(bins: &Bins, o: &Options) -> Result<Outcome, ScenarioError> {
     let mut out = Outcome::new("fixed-alone");
     let specs = [Spec::online("fixed30", "fixed:30")];
     let phase = o.phase(10.0);
@@ -183,7 +184,7 @@ pub(super) fn fixed_alone(bins: &Bins, o: &Options) -> Result<Outcome, String> {
 }
 
 /// Item 2: `fixed:20` + `burst:30` + `best-effort`, all saturating.
-pub(super) fn mixed(bins: &Bins, o: &Options) -> Result<Outcome, String> {
+pub(super) fn mixed(bins: &Bins, o: &Options) -> Result<Outcome, ScenarioError> {
     let mut out = Outcome::new("mixed");
     let specs = [
         Spec::online("fixed20", "fixed:20"),
@@ -238,7 +239,7 @@ pub(super) fn mixed(bins: &Bins, o: &Options) -> Result<Outcome, String> {
 }
 
 /// Item 4: four `best-effort` containers.
-pub(super) fn best_effort(bins: &Bins, o: &Options) -> Result<Outcome, String> {
+pub(super) fn best_effort(bins: &Bins, o: &Options) -> Result<Outcome, ScenarioError> {
     let mut out = Outcome::new("best-effort");
     let specs = [
         Spec::online("be1", "best-effort"),
@@ -282,7 +283,7 @@ pub(super) fn best_effort(bins: &Bins, o: &Options) -> Result<Outcome, String> {
 }
 
 /// Item 7: kernels of 50 ms under `fixed:30`.
-pub(super) fn long_kernels(bins: &Bins, o: &Options) -> Result<Outcome, String> {
+pub(super) fn long_kernels(bins: &Bins, o: &Options) -> Result<Outcome, ScenarioError> {
     let mut out = Outcome::new("long-kernels");
     let specs = [Spec::online("fixed30", "fixed:30")];
     let phase = o.phase(10.0);
@@ -353,7 +354,7 @@ struct Join {
 const BURST_JOINED: f64 = 0.50;
 const WINDOW_SLACK: f64 = 0.10;
 
-fn join_run(bins: &Bins, tessera: bool, o: &Options) -> Result<Join, String> {
+fn join_run(bins: &Bins, tessera: bool, o: &Options) -> Result<Join, ScenarioError> {
     let specs = [
         Spec::online("burst30", "burst:30"),
         Spec::online("fixed50", "fixed:50"),
@@ -378,13 +379,15 @@ fn join_run(bins: &Bins, tessera: bool, o: &Options) -> Result<Join, String> {
     std::thread::sleep(Duration::from_millis(5));
     let trace = sampler.stop()?;
     if !burst.alive() || !fixed.alive() {
-        return Err("a workload ended inside the measuring phase".into());
+        return Err(ScenarioError::Run(
+            "a workload ended inside the measuring phase".into(),
+        ));
     }
     let (b, f) = ([burst.pid()], [fixed.pid()]);
     let alone = trace.share(&b, trace.at(alone_from), trace.at(alone_to));
     let t0 = trace
         .first_busy(fixed.pid())
-        .ok_or("the fixed container never ran")?;
+        .ok_or_else(|| ScenarioError::Run("the fixed container never ran".into()))?;
     let ms = 1_000_000;
     let ten = |from: u64| trace.share(&b, trace.at(from), trace.at(from + 10 * ms));
     let first_10ms = ten(t0);
@@ -426,7 +429,7 @@ fn join_run(bins: &Bins, tessera: bool, o: &Options) -> Result<Join, String> {
 }
 
 /// Item 3: `burst:30` alone, then a `fixed:50` joins.
-pub(super) fn burst_join(bins: &Bins, o: &Options) -> Result<Outcome, String> {
+pub(super) fn burst_join(bins: &Bins, o: &Options) -> Result<Outcome, ScenarioError> {
     let mut out = Outcome::new("burst-join");
     o.say("burst:30 alone, then fixed:50 joins, with Tessera");
     let run = join_run(bins, true, o)?;

@@ -9,6 +9,7 @@
 //! simgpu is put on the programs' paths, and the ground truth is the progress each workload
 //! publishes (see [`crate::gpuload::Progress`]) instead of the node's busy time.
 
+use super::error::ScenarioError;
 use serde_json::Value;
 use std::ffi::OsStr;
 use std::io::Read;
@@ -38,13 +39,13 @@ pub enum Backend {
 
 impl Backend {
     /// The backend [`BACKEND_ENV`] names.
-    pub fn from_env() -> Result<Backend, String> {
+    pub fn from_env() -> Result<Backend, ScenarioError> {
         match std::env::var(BACKEND_ENV).as_deref() {
             Err(_) | Ok("" | "simgpu") => Ok(Backend::Simgpu),
             Ok("system") => Ok(Backend::System),
-            Ok(other) => Err(format!(
+            Ok(other) => Err(ScenarioError::Setup(format!(
                 "{BACKEND_ENV}={other}: expected `simgpu` or `system`"
-            )),
+            ))),
         }
     }
 }
@@ -71,7 +72,7 @@ pub struct Bins {
 impl Bins {
     /// Finds the programs in `dir`. Builds nothing: a missing one is an error that names the
     /// `cargo build` command which makes it.
-    pub fn find(dir: &Path) -> Result<Bins, String> {
+    pub fn find(dir: &Path) -> Result<Bins, ScenarioError> {
         let backend = Backend::from_env()?;
         let profile = match dir.file_name().and_then(OsStr::to_str) {
             Some("debug") => String::new(),
@@ -87,10 +88,10 @@ impl Bins {
             if path.is_file() {
                 Ok(path)
             } else {
-                Err(format!(
+                Err(ScenarioError::Setup(format!(
                     "{} is missing; build it first: {build}",
                     path.display()
-                ))
+                )))
             }
         };
         let controld = want("controld")?;
@@ -101,20 +102,23 @@ impl Bins {
             .arg("lib-dir")
             .stdin(Stdio::null())
             .output()
-            .map_err(|e| format!("cannot run {} lib-dir: {e}", simgpu.display()))?;
+            .map_err(ScenarioError::start(format!(
+                "run {} lib-dir",
+                simgpu.display()
+            )))?;
         if !out.status.success() {
-            return Err(format!(
-                "{} lib-dir failed: {}",
-                simgpu.display(),
-                String::from_utf8_lossy(&out.stderr).trim()
-            ));
+            return Err(ScenarioError::Program {
+                what: format!("{} lib-dir", simgpu.display()),
+                outcome: format!("failed ({})", out.status),
+                stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+            });
         }
         let lib_dir = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
         if !lib_dir.join("libcuda.so.1").exists() {
-            return Err(format!(
+            return Err(ScenarioError::Setup(format!(
                 "{} has no libcuda.so.1; build it first: {build}",
                 lib_dir.display()
-            ));
+            )));
         }
         Ok(Bins {
             dir: dir.to_path_buf(),
@@ -129,11 +133,11 @@ impl Bins {
 
     /// The programs beside the running executable (`cargo run --release` puts the runner in
     /// `target/release`).
-    pub fn beside_current_exe() -> Result<Bins, String> {
-        let exe = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
+    pub fn beside_current_exe() -> Result<Bins, ScenarioError> {
+        let exe = std::env::current_exe().map_err(ScenarioError::start("find this program"))?;
         let dir = exe
             .parent()
-            .ok_or_else(|| format!("{} has no directory", exe.display()))?;
+            .ok_or_else(|| ScenarioError::Setup(format!("{} has no directory", exe.display())))?;
         Bins::find(dir)
     }
 }
@@ -173,7 +177,7 @@ impl Spec {
 struct TempDir(PathBuf);
 
 impl TempDir {
-    fn new() -> Result<TempDir, String> {
+    fn new() -> Result<TempDir, ScenarioError> {
         static SEQ: AtomicU64 = AtomicU64::new(0);
         let dir = std::env::temp_dir().join(format!(
             "tessera-scenario-{}-{}",
@@ -181,8 +185,7 @@ impl TempDir {
             SEQ.fetch_add(1, Ordering::Relaxed)
         ));
         let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir)
-            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        std::fs::create_dir_all(&dir).map_err(ScenarioError::file("create", &dir))?;
         Ok(TempDir(dir))
     }
 }
@@ -214,7 +217,7 @@ fn drain<R: Read + Send + 'static>(pipe: Option<R>) -> Option<JoinHandle<Vec<u8>
 impl Proc {
     /// Starts `cmd` with stdout and stderr captured. The child is killed if this thread
     /// ends first (`PR_SET_PDEATHSIG`), so an interrupted run leaves nothing behind.
-    pub fn spawn(cmd: &mut Command, what: &str) -> Result<Proc, String> {
+    pub fn spawn(cmd: &mut Command, what: &str) -> Result<Proc, ScenarioError> {
         cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
@@ -230,7 +233,7 @@ impl Proc {
         }
         let mut child = cmd
             .spawn()
-            .map_err(|e| format!("cannot start {what}: {e}"))?;
+            .map_err(ScenarioError::start(format!("start {what}")))?;
         let stdout = drain(child.stdout.take());
         let stderr = drain(child.stderr.take());
         Ok(Proc {
@@ -263,8 +266,11 @@ impl Proc {
 
     /// Waits up to `timeout` for it to exit by itself (killing it past that) and returns
     /// the JSON report on the last line of its stdout.
-    pub fn finish(mut self, timeout: Duration) -> Result<Value, String> {
-        let mut child = self.child.take().ok_or("already finished")?;
+    pub fn finish(mut self, timeout: Duration) -> Result<Value, ScenarioError> {
+        let mut child = self
+            .child
+            .take()
+            .ok_or_else(|| ScenarioError::Run(format!("{} already finished", self.what)))?;
         let what = self.what.clone();
         let deadline = Instant::now() + timeout;
         let status = loop {
@@ -276,10 +282,11 @@ impl Proc {
                 _ => {
                     let _ = child.kill();
                     let _ = child.wait();
-                    return Err(format!(
-                        "{what} ran past {timeout:?} and was killed; stderr:\n{}",
-                        self.stderr_text()
-                    ));
+                    return Err(ScenarioError::Program {
+                        what,
+                        outcome: format!("ran past {timeout:?} and was killed"),
+                        stderr: self.stderr_text(),
+                    });
                 }
             }
         };
@@ -290,21 +297,22 @@ impl Proc {
             .unwrap_or_default();
         let text = String::from_utf8_lossy(&out);
         if !status.success() {
-            return Err(format!(
-                "{what} failed ({status}); stderr:\n{}",
-                self.stderr_text()
-            ));
+            return Err(ScenarioError::Program {
+                what,
+                outcome: format!("failed ({status})"),
+                stderr: self.stderr_text(),
+            });
         }
         let line = text
             .lines()
             .rev()
             .find(|l| !l.trim().is_empty())
             .unwrap_or("");
-        serde_json::from_str(line).map_err(|e| {
-            format!(
-                "{what} printed no JSON report ({e}); stdout:\n{text}\nstderr:\n{}",
-                self.stderr_text()
-            )
+        serde_json::from_str(line).map_err(|source| ScenarioError::Report {
+            what,
+            source,
+            stdout: text.to_string(),
+            stderr: self.stderr_text(),
         })
     }
 
@@ -343,25 +351,23 @@ impl Testbed {
     /// A fresh node with one [`DEVICE`] (on the system's driver, a directory for the
     /// workloads' progress instead; the node is made but nothing runs on it); with
     /// `tessera`, a `controld run` whose config declares `specs`, started and answering.
-    pub fn new(bins: &Bins, specs: &[Spec], tessera: bool) -> Result<Testbed, String> {
+    pub fn new(bins: &Bins, specs: &[Spec], tessera: bool) -> Result<Testbed, ScenarioError> {
         let dir = TempDir::new()?;
         let progress = match bins.backend {
             Backend::Simgpu => None,
             Backend::System => {
                 let p = dir.0.join("progress");
-                std::fs::create_dir(&p)
-                    .map_err(|e| format!("cannot create {}: {e}", p.display()))?;
+                std::fs::create_dir(&p).map_err(ScenarioError::file("create", &p))?;
                 Some(p)
             }
         };
         let node_state = dir.0.join("simgpu.state");
-        let devices = simgpu::device::parse_devices(DEVICE).map_err(|e| e.to_string())?;
+        let devices = simgpu::device::parse_devices(DEVICE)?;
         let node = simgpu::node::Node::open_or_create(
             &node_state,
             &devices,
             &simgpu::config::NodeConfig::default(),
-        )
-        .map_err(|e| e.to_string())?;
+        )?;
         let mut bed = Testbed {
             bins: bins.clone(),
             dir,
@@ -392,9 +398,9 @@ impl Testbed {
     }
 
     /// A container's region, mapped (Tessera side only).
-    pub fn region(&self, name: &str) -> Result<Region, String> {
+    pub fn region(&self, name: &str) -> Result<Region, ScenarioError> {
         let path = self.region_path(name);
-        Region::open(&path).map_err(|e| format!("cannot open {}: {e}", path.display()))
+        Region::open(&path).map_err(|source| ScenarioError::Region { path, source })
     }
 
     /// The ground truth a [`super::Sampler`] reads: on simgpu the node's state file
@@ -431,7 +437,11 @@ impl Testbed {
 
     /// Waits until every process of `procs` has had GPU time ([`Testbed::has_run`]); fails
     /// if one exits first or `timeout` passes.
-    pub fn wait_running(&self, procs: &mut [&mut Proc], timeout: Duration) -> Result<(), String> {
+    pub fn wait_running(
+        &self,
+        procs: &mut [&mut Proc],
+        timeout: Duration,
+    ) -> Result<(), ScenarioError> {
         let start = Instant::now();
         loop {
             if procs.iter().all(|p| self.has_run(p.pid())) {
@@ -439,13 +449,16 @@ impl Testbed {
             }
             for p in procs.iter_mut() {
                 if !p.alive() {
-                    return Err(format!("process {} ended before it ran a kernel", p.pid()));
+                    return Err(ScenarioError::Run(format!(
+                        "process {} ended before it ran a kernel",
+                        p.pid()
+                    )));
                 }
             }
             if start.elapsed() > timeout {
-                return Err(format!(
+                return Err(ScenarioError::Run(format!(
                     "the workloads did not all run a kernel within {timeout:?}"
-                ));
+                )));
             }
             std::thread::sleep(Duration::from_millis(10));
         }
@@ -496,60 +509,72 @@ impl Testbed {
         text
     }
 
-    fn ctl(&self, args: &[&str]) -> Result<std::process::Output, String> {
+    fn ctl(&self, args: &[&str]) -> Result<std::process::Output, ScenarioError> {
         let mut cmd = self.command(&self.bins.controld);
         cmd.args(args)
             .arg("--state-dir")
             .arg(self.state_dir())
             .stdin(Stdio::null());
         cmd.output()
-            .map_err(|e| format!("cannot run controld {args:?}: {e}"))
+            .map_err(ScenarioError::start(format!("run controld {args:?}")))
     }
 
     /// `controld status --json`.
-    pub fn status(&self) -> Result<Value, String> {
+    pub fn status(&self) -> Result<Value, ScenarioError> {
         let out = self.ctl(&["status", "--json"])?;
         if !out.status.success() {
-            return Err(format!(
-                "controld status failed: {}",
-                String::from_utf8_lossy(&out.stderr).trim()
-            ));
+            return Err(ScenarioError::Program {
+                what: "controld status".into(),
+                outcome: format!("failed ({})", out.status),
+                stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+            });
         }
-        serde_json::from_slice(&out.stdout).map_err(|e| format!("controld status JSON: {e}"))
+        serde_json::from_slice(&out.stdout).map_err(|source| ScenarioError::Report {
+            what: "controld status --json".into(),
+            source,
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        })
     }
 
-    fn start_daemon(&mut self) -> Result<(), String> {
+    fn start_daemon(&mut self) -> Result<(), ScenarioError> {
         let config = self.dir.0.join("controld.toml");
         std::fs::write(&config, self.config_text())
-            .map_err(|e| format!("cannot write {}: {e}", config.display()))?;
+            .map_err(ScenarioError::file("write", &config))?;
         let mut cmd = self.command(&self.bins.controld);
         cmd.arg("run")
             .arg("--state-dir")
             .arg(self.state_dir())
             .arg("--config")
             .arg(&config)
-            .env("TESSERA_LOG", "warn");
+            .env(tessera_region::env::LOG, "warn");
         let mut daemon = Proc::spawn(&mut cmd, "controld run")?;
         let deadline = Instant::now() + Duration::from_secs(20);
         let socket = self.state_dir().join("control.sock");
         loop {
             if !daemon.alive() {
-                return Err(format!(
-                    "controld run exited at start: {}",
-                    daemon.stderr_text()
-                ));
+                return Err(ScenarioError::Program {
+                    what: "controld run".into(),
+                    outcome: "exited at start".into(),
+                    stderr: daemon.stderr_text(),
+                });
             }
             if socket.exists() && self.status().is_ok() {
                 break;
             }
             if Instant::now() > deadline {
-                return Err("controld did not answer within 20 s".into());
+                return Err(ScenarioError::Run(
+                    "controld did not answer within 20 s".into(),
+                ));
             }
             std::thread::sleep(Duration::from_millis(20));
         }
         for s in &self.specs {
             if !self.region_path(s.name).exists() {
-                return Err(format!("controld made no region for container {}", s.name));
+                return Err(ScenarioError::Run(format!(
+                    "controld made no region for container {}",
+                    s.name
+                )));
             }
         }
         self.daemon = Some(daemon);
@@ -558,31 +583,40 @@ impl Testbed {
 
     /// Starts `gpuload <args>` in container `name`: with Tessera, preloaded with the
     /// container's region, as `controld exec` does; without, plainly on the node.
-    pub fn gpuload(&self, name: &str, args: &[&str]) -> Result<Proc, String> {
+    pub fn gpuload(&self, name: &str, args: &[&str]) -> Result<Proc, ScenarioError> {
         self.run_in(name, &self.bins.gpuload, args)
     }
 
     /// Starts `program <args>` preloaded with a region of its own that no daemon manages,
     /// with a memory cap and no compute limit: the launch fast path.
-    pub fn run_uncapped_compute(&self, program: &Path, args: &[&str]) -> Result<Proc, String> {
+    pub fn run_uncapped_compute(
+        &self,
+        program: &Path,
+        args: &[&str],
+    ) -> Result<Proc, ScenarioError> {
         let mut cmd = self.command(program);
         cmd.args(args)
             .env("LD_PRELOAD", &self.bins.libtessera)
-            .env("TESSERA_REGION", self.dir.0.join("uncapped.region"))
-            .env("TESSERA_MEMORY_LIMIT", "16GiB");
+            .env(
+                tessera_region::env::REGION,
+                self.dir.0.join("uncapped.region"),
+            )
+            .env(tessera_region::env::MEMORY_LIMIT, "16GiB");
         Proc::spawn(&mut cmd, "gpuload with no compute limit")
     }
 
     /// Starts `program <args>` in container `name` (see [`Testbed::gpuload`]).
-    pub fn run_in(&self, name: &str, program: &Path, args: &[&str]) -> Result<Proc, String> {
+    pub fn run_in(&self, name: &str, program: &Path, args: &[&str]) -> Result<Proc, ScenarioError> {
         let mut cmd = self.command(program);
         cmd.args(args);
         if self.tessera() {
             if !self.specs.iter().any(|s| s.name == name) {
-                return Err(format!("no container {name} in this scenario"));
+                return Err(ScenarioError::Run(format!(
+                    "no container {name} in this scenario"
+                )));
             }
             cmd.env("LD_PRELOAD", &self.bins.libtessera)
-                .env("TESSERA_REGION", self.region_path(name));
+                .env(tessera_region::env::REGION, self.region_path(name));
         }
         let what = format!(
             "gpuload {} in {name}{}",

@@ -165,7 +165,7 @@ impl Connection {
                 return;
             }
             Err(e) => {
-                crate::log::warn(&format!("cannot identify a control client ({e}); closed"));
+                tracing::warn!("cannot identify a control client ({e}); closed");
                 return;
             }
         }
@@ -212,7 +212,7 @@ impl Connection {
                     && s.retire(&name, "its exec command ended")
             });
             if removed {
-                crate::log::info(&format!("removed transient container {name}"));
+                tracing::info!("removed transient container {name}");
             }
         }
     }
@@ -231,7 +231,7 @@ impl Connection {
                 let name = container.name.to_string();
                 let added = self.core.with_state(|s| s.add(container, origin));
                 if added.is_ok() {
-                    crate::log::info(&format!("added container {name} ({origin:?})"));
+                    tracing::info!("added container {name} ({origin:?})");
                     if transient {
                         self.transient.push(name);
                     }
@@ -241,7 +241,7 @@ impl Connection {
             Request::Set { name, change } => {
                 let set = self.core.with_state(|s| s.set(&name, &change));
                 if set.is_ok() {
-                    crate::log::info(&format!("changed container {name}"));
+                    tracing::info!("changed container {name}");
                 }
                 set.map(Answer::Container)
             }
@@ -252,7 +252,7 @@ impl Connection {
                 });
                 if removed.is_ok() {
                     self.transient.retain(|n| *n != name);
-                    crate::log::info(&format!("removed container {name}"));
+                    tracing::info!("removed container {name}");
                 }
                 removed.map(|()| Answer::Done)
             }

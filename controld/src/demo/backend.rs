@@ -192,14 +192,15 @@ impl Programs {
         let gpuload = beside("gpuload");
         let simulated = matches!(backend, Backend::Simulated(_))
             .then(|| (beside("libsimgpu_cuda.so"), beside("libsimgpu_nvml.so")));
-        let preload = if std::env::var_os(crate::exec::PRELOAD_ENV).is_some_and(|v| !v.is_empty()) {
-            crate::exec::preload_library().unwrap_or_else(|e| {
-                missing.push(e.to_string());
-                PathBuf::new()
-            })
-        } else {
-            beside("libtessera.so")
-        };
+        let preload =
+            if std::env::var_os(tessera_region::env::PRELOAD).is_some_and(|v| !v.is_empty()) {
+                tessera_controld::exec::preload_library().unwrap_or_else(|e| {
+                    missing.push(e.to_string());
+                    PathBuf::new()
+                })
+            } else {
+                beside("libtessera.so")
+            };
         if missing.is_empty() {
             Ok(Programs {
                 gpuload,
@@ -335,7 +336,7 @@ mod tests {
     #[test]
     fn the_config_declares_the_three_containers() {
         let dir = Workdir::create().unwrap();
-        let config = crate::config::Config::load(&dir.write_config().unwrap()).unwrap();
+        let config = tessera_controld::config::Config::load(&dir.write_config().unwrap()).unwrap();
         let names: Vec<String> = config
             .containers
             .iter()

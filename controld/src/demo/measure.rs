@@ -9,9 +9,9 @@
 
 use super::backend::Gpu;
 use super::workload::{Fleet, PLANS};
-use crate::status::{ContainerDevice, NodeStatus};
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
+use tessera_controld::status::{ContainerDevice, NodeStatus};
 
 /// The window of the "now" share.
 const WINDOW: Duration = Duration::from_secs(1);

@@ -11,14 +11,15 @@
 
 mod backend;
 mod measure;
-mod signals;
 mod view;
 mod workload;
 
 use backend::{Backend, Workdir};
 use measure::Meter;
+use nix::sys::signal::Signal;
 use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
+use tessera_controld::signals::BlockedSignals;
 use workload::{Fleet, Kind, Setting, PLANS};
 
 /// How `controld demo` was asked to run.
@@ -67,7 +68,7 @@ pub enum DemoError {
     Setup(String),
     /// The daemon did not start.
     #[error("cannot start the demo's daemon: {0}")]
-    Daemon(#[from] crate::daemon::DaemonError),
+    Daemon(#[from] tessera_controld::daemon::DaemonError),
     /// A workload could not be started.
     #[error("cannot start {what}: {source}")]
     Spawn {
@@ -84,18 +85,16 @@ pub fn run(options: &Options) -> Result<i32, DemoError> {
     let seconds = options.seconds.max(1);
     // Blocked first, so that every thread started later inherits the mask and a signal
     // reaches only the wait below; restored last, once everything is cleaned up.
-    let signals = signals::Signals::block().map_err(|e| DemoError::Setup(e.to_string()))?;
-    // The daemon's routine lines would only interrupt the view; warnings still show. Set
-    // while this process has no other thread, so nothing reads the environment meanwhile.
-    let user_log = std::env::var_os("TESSERA_LOG");
-    if user_log.is_none() {
-        std::env::set_var("TESSERA_LOG", "warn");
-    }
+    let signals = BlockedSignals::block(&[Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP])
+        .map_err(|e| DemoError::Setup(e.to_string()))?;
+    // The daemon's routine lines would only interrupt the view; warnings still show.
+    tessera_controld::logging::init("controld", tessera_region::env::LogLevel::Warn);
+    let user_log = std::env::var_os(tessera_region::env::LOG);
     let backend = Backend::detect(options.force_simgpu);
     let programs = backend::Programs::find(&backend)?;
     let workdir = Workdir::create()?;
     let gpu = backend.prepare(&workdir, &programs)?;
-    let daemon = crate::daemon::Daemon::start(&crate::daemon::Options {
+    let daemon = tessera_controld::daemon::Daemon::start(&tessera_controld::daemon::Options {
         config: Some(workdir.write_config()?),
         state_dir: Some(workdir.state_dir()),
     })?;
@@ -120,7 +119,7 @@ pub fn run(options: &Options) -> Result<i32, DemoError> {
     let mut next_view = started + if terminal { TICK } else { LINE };
     let mut drawn = 0;
     while launched.is_ok() && stopped_by.is_none() {
-        if let Some(sig) = signals.wait(POLL) {
+        if let Some(sig) = signals.wait_timeout(POLL) {
             stopped_by = Some(sig);
             break;
         }
@@ -178,8 +177,8 @@ pub fn run(options: &Options) -> Result<i32, DemoError> {
 /// so that these start together. Returns the signal that stopped it, if one did.
 fn start(
     fleet: &mut Fleet,
-    daemon: &crate::daemon::Daemon,
-    signals: &signals::Signals,
+    daemon: &tessera_controld::daemon::Daemon,
+    signals: &BlockedSignals,
     setting: &Setting<'_>,
 ) -> Result<Option<i32>, DemoError> {
     for kind in [Kind::Holder, Kind::Work] {
@@ -194,7 +193,7 @@ fn start(
             let pid = fleet.launch(plan, kind, &region, setting)?;
             let deadline = Instant::now() + START_TIMEOUT;
             loop {
-                if let Some(sig) = signals.wait(POLL) {
+                if let Some(sig) = signals.wait_timeout(POLL) {
                     return Ok(Some(sig));
                 }
                 fleet.poll();
@@ -219,7 +218,7 @@ fn start(
 }
 
 /// Whether process `pid` of container `name` has its memory (its context) counted.
-fn counted(state: &crate::state::State, name: &str, pid: u32) -> bool {
+fn counted(state: &tessera_controld::state::State, name: &str, pid: u32) -> bool {
     state
         .node_status()
         .containers

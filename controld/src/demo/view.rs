@@ -3,10 +3,10 @@
 
 use super::measure::{Meter, Row};
 use super::workload::{Results, PLANS};
-use crate::cli::human;
 use serde_json::Value;
 use std::io::Write;
 use std::time::Duration;
+use tessera_region::units::format_size_rounded;
 
 /// Shown where a figure is not known.
 const NONE: &str = "—";
@@ -39,8 +39,8 @@ fn percent(share: Option<f64>) -> String {
 fn memory(used: u64, cap: Option<u64>) -> String {
     format!(
         "{} / {}",
-        human(used),
-        cap.map_or("unlimited".into(), human)
+        format_size_rounded(used),
+        cap.map_or("unlimited".into(), format_size_rounded)
     )
 }
 

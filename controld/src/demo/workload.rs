@@ -235,15 +235,18 @@ impl Fleet {
             preloads.push(old);
         }
         cmd.env("LD_PRELOAD", preloads)
-            .env("TESSERA_REGION", region)
+            .env(tessera_region::env::REGION, region)
             // The caps again, for the library's fallback should it ever have to create the
             // region itself: a missing region must never mean "unlimited".
-            .env("TESSERA_MEMORY_LIMIT", "0")
-            .env("TESSERA_MEMORY_LIMIT_0", plan.memory)
+            .env(tessera_region::env::MEMORY_LIMIT, "0")
+            .env(
+                format!("{}0", tessera_region::env::MEMORY_LIMIT_DEVICE),
+                plan.memory,
+            )
             .envs(gpu.env.iter().map(|(k, v)| (k, v)));
         match &self.log {
-            Some(level) => cmd.env("TESSERA_LOG", level),
-            None => cmd.env_remove("TESSERA_LOG"),
+            Some(level) => cmd.env(tessera_region::env::LOG, level),
+            None => cmd.env_remove(tessera_region::env::LOG),
         };
     }
 

@@ -2,7 +2,7 @@
 
 use super::rates::{self, Claim, Decision};
 use super::settle::{self, Settled, ShareWindow};
-use super::{Member, Shared, TICK};
+use super::{Member, Shared, Tampering, TICK};
 use crate::policy::{ComputePolicy, Priority};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -156,9 +156,59 @@ struct Entry {
     checked_ns: u64,
     /// An online container's bit on the node's board for this GPU (kept while it stays).
     board_bit: Option<u32>,
+    /// Ticks in a row at which it had no work (its board bit is taken back after
+    /// [`IDLE_BIT_TICKS`]).
+    idle_ticks: u32,
+    /// The bucket as this daemon left it at its last refill, and the container's
+    /// `measured_ns` then: between two refills the bucket only falls, by what the library
+    /// charges (which it also adds to `measured_ns`), so a bucket found above it was written
+    /// by the container, and is put back, less what was charged since.
+    left_ns: Option<(i64, u64)>,
+    /// Charges seen since (the bucket's fall between refills), not yet refunded: refunds
+    /// computed from the spans the container writes never give back more than it paid.
+    refundable_ns: u64,
 }
 
 impl Entry {
+    /// Holds the container's bucket to this daemon's record before a refill: a bucket
+    /// raised since the last refill is put back where the daemon left it (less nothing: the
+    /// raise hid any charges), and the fall since is what the container paid, the most a
+    /// refund may give back. Returns the refund allowed of `refund_ns`.
+    fn hold_to_record(&mut self, a: &ComputeAccount, refund_ns: u64) -> u64 {
+        // Relaxed: see `store_if_changed`. In local mode (the daemon was silent and the
+        // processes took over, refilling themselves) the record starts again.
+        let Some((left, measured)) = self
+            .left_ns
+            .filter(|_| a.mode.load(Ordering::Relaxed) == COMPUTE_DAEMON)
+        else {
+            self.left_ns = None;
+            return refund_ns.min(self.refundable_ns);
+        };
+        // Relaxed: a counter (see `ComputeAccount::charge`).
+        let charged = a.measured_ns.load(Ordering::Relaxed).wrapping_sub(measured);
+        let expected = left.saturating_sub(i64::try_from(charged).unwrap_or(i64::MAX));
+        // Relaxed (success and failure): as above. Only a bucket above what the daemon left
+        // is certainly tampered with (no charge raises it; a charge straddling the last
+        // refill can make the fall since differ from `measured_ns`'s rise); it is lowered
+        // to the record less what the container ran since, so it pays for what it ran on
+        // the raised bucket.
+        if a.bucket_ns
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| {
+                (b > left).then_some(expected)
+            })
+            .is_ok()
+        {
+            self.member.note_tampering(Tampering::BUCKET);
+        }
+        self.refundable_ns = self
+            .refundable_ns
+            .saturating_add(charged)
+            .min(MAX_REFUNDABLE_NS);
+        let refund = refund_ns.min(self.refundable_ns);
+        self.refundable_ns -= refund;
+        refund
+    }
+
     fn new(member: Arc<Member>) -> Entry {
         Entry {
             member,
@@ -169,6 +219,9 @@ impl Entry {
             progress_ns: 0,
             checked_ns: 0,
             board_bit: None,
+            idle_ticks: 0,
+            left_ns: None,
+            refundable_ns: 0,
         }
     }
 
@@ -204,6 +257,14 @@ impl Entry {
         }
     }
 }
+
+/// Ticks without work after which an online container's board bit is cleared by the
+/// daemon: its library clears it itself when idle, so a bit still set then was set by
+/// another container (or left by a crash). Two ticks, so that the moment between a
+/// library's setting its bit and raising `active` is never mistaken for idleness.
+const IDLE_BIT_TICKS: u32 = 2;
+/// The most refund a container can have owing: a second of charges.
+const MAX_REFUNDABLE_NS: u64 = 1_000_000_000;
 
 /// Gives every online container on the GPU a bit of the board's word (keeping the bits of
 /// those that had one; at most 64, the rest go without and are stopped by the preemption
@@ -424,13 +485,20 @@ impl GpuScheduler {
         let fallback = rates::decide(&self.everyone_working());
         for ((((e, d), refund), claim), keep) in self
             .entries
-            .iter()
+            .iter_mut()
             .zip(&decisions)
             .zip(refunds)
             .zip(&claims)
             .zip(&fallback)
         {
-            let a = e.account(gpu);
+            let member = e.member.clone();
+            let a = member.region.compute(gpu);
+            e.idle_ticks = if claim.demanding {
+                0
+            } else {
+                e.idle_ticks.saturating_add(1)
+            };
+            let refund = e.hold_to_record(a, refund);
             store_if_changed(&a.local_share_ppm, keep.share_ppm);
             // An online container is alone when no other online container works (offline
             // work gives way to it anyway); an offline one keeps its small window wherever
@@ -448,23 +516,33 @@ impl GpuScheduler {
             a.set_board_bit(board.and(e.board_bit));
             store_if_changed(&a.share_target_ppm, d.rate_ppm);
             store_if_changed(&a.share_measured_ppm, e.window.share_ppm());
-            refill(a, d, step, refund, now);
+            // Relaxed: see `hold_to_record`; read before the refill's credit, so a charge
+            // landing between the two is counted in the next tick's fall.
+            let measured = a.measured_ns.load(Ordering::Relaxed);
+            e.left_ns = Some((refill(a, d, step, refund, now), measured));
         }
         if let Some(board) = board {
             self.keep_board(board);
         }
     }
 
-    /// Drops the board bits of this GPU that belong to no online container still here and
-    /// alive (a crashed process leaves its bit set, as it leaves `active` up).
+    /// Drops the board bits of this GPU that belong to no online container still here,
+    /// alive and with work in the last [`IDLE_BIT_TICKS`] ticks (a crashed process leaves
+    /// its bit set, as it leaves `active` up; an online container can set any bit of the
+    /// board, its idle neighbours' too).
     fn keep_board(&self, board: &Board) {
         let mask = self
             .entries
             .iter()
-            .filter(|e| !e.member.is_stale())
+            .filter(|e| !e.member.is_stale() && e.idle_ticks < IDLE_BIT_TICKS)
             .filter_map(|e| e.board_bit)
             .fold(0u64, |m, bit| m | 1 << bit);
-        board.retain(self.gpu, mask);
+        let dropped = board.retain(self.gpu, mask);
+        for e in &self.entries {
+            if e.board_bit.is_some_and(|bit| dropped & 1 << bit != 0) && !e.member.is_stale() {
+                e.member.note_tampering(Tampering::BOARD);
+            }
+        }
     }
 
     /// Collects every container's new spans and settles those older than
@@ -556,7 +634,8 @@ impl GpuScheduler {
 /// are): the refund returns time the container was charged for others' time slices, and
 /// always reaches the bucket whatever it holds, or overlapping containers would get less
 /// than their shares.
-fn refill(a: &ComputeAccount, d: &Decision, step_ns: u64, refund_ns: u64, now: u64) {
+/// Returns the bucket it left.
+fn refill(a: &ComputeAccount, d: &Decision, step_ns: u64, refund_ns: u64, now: u64) -> i64 {
     let ppm = u64::from(d.rate_ppm.min(rates::WHOLE_PPM));
     let whole = u64::from(rates::WHOLE_PPM);
     let add = step_ns * ppm / whole;
@@ -586,6 +665,7 @@ fn refill(a: &ComputeAccount, d: &Decision, step_ns: u64, refund_ns: u64, now: u
     if old <= 0 && new > 0 {
         a.wake_gate();
     }
+    new
 }
 
 #[cfg(test)]

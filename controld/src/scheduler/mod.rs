@@ -13,7 +13,6 @@
 //! Both learn the containers from a [`Roster`] that the daemon's state publishes on every
 //! change (add, remove, change, adoption, a replaced region).
 
-mod futex;
 mod gpu;
 mod preempt;
 pub mod rates;
@@ -24,6 +23,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
+use tessera_region::futex::{self, Sharing};
 use tessera_region::{Region, MAX_DEVICES};
 
 /// Time between two ticks: the scheduler's accounting period.
@@ -47,6 +47,32 @@ pub struct Member {
     /// or `inflight` up. Such a container is treated as idle (it must not block offline
     /// work forever).
     stale: AtomicBool,
+    /// What the tick found its processes writing into its region that the daemon put back
+    /// ([`Tampering`] bits), for status.
+    tampering: AtomicU32,
+}
+
+/// Kinds of tampering the scheduler finds in a region and undoes, as bits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tampering(pub u32);
+
+impl Tampering {
+    /// Its token bucket raised between two refills (put back where the daemon left it).
+    pub const BUCKET: Tampering = Tampering(1);
+    /// Its board bit found set while it had no work (cleared): set by another container.
+    pub const BOARD: Tampering = Tampering(2);
+
+    /// A line for status per kind in `bits`.
+    pub fn describe(bits: u32) -> Vec<&'static str> {
+        let mut lines = Vec::new();
+        if bits & Tampering::BUCKET.0 != 0 {
+            lines.push("its compute bucket was raised by a process of its own; put back where controld left it (it gains no GPU time)");
+        }
+        if bits & Tampering::BOARD.0 != 0 {
+            lines.push("its bit on the priority board was set while it had no work (by another online container); cleared");
+        }
+        lines
+    }
 }
 
 impl Member {
@@ -68,7 +94,20 @@ impl Member {
             policy,
             priority,
             stale: AtomicBool::new(false),
+            tampering: AtomicU32::new(0),
         }
+    }
+
+    /// Records tampering of `kind` found in its region.
+    pub(crate) fn note_tampering(&self, kind: Tampering) {
+        // Relaxed: a set of flags for status; nothing is published under them.
+        self.tampering.fetch_or(kind.0, Ordering::Relaxed);
+    }
+
+    /// The [`Tampering`] bits found so far.
+    pub fn tampering(&self) -> u32 {
+        // Relaxed: see `note_tampering`.
+        self.tampering.load(Ordering::Relaxed)
     }
 
     fn same_as(&self, other: &Member) -> bool {
@@ -144,7 +183,7 @@ impl Roster {
         // SeqCst: the preemption thread loads `rearm` before it reads what it waits for;
         // a bump after that load makes its futex wait return at once.
         self.rearm.fetch_add(1, Ordering::SeqCst);
-        futex::wake_private(&self.rearm);
+        futex::wake_all(&self.rearm, Sharing::Private);
     }
 }
 

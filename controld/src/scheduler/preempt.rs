@@ -10,13 +10,13 @@
 //! of this process's own that is waited on too. Where `futex_waitv` is missing (Linux
 //! before 5.16, or forbidden) the thread polls every [`POLL`].
 
-use super::futex::{self, Waited, Watch};
 use super::gpu::{block, has_work, unblock};
 use super::{Member, Shared};
 use crate::policy::Priority;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
+use tessera_region::futex::{self, Sharing, Waited, Watch};
 use tessera_region::MAX_DEVICES;
 
 /// The polling period without `futex_waitv`.
@@ -104,7 +104,7 @@ pub(super) fn run(shared: &Shared) {
         let mut watches = vec![Watch {
             word: &shared.roster.rearm,
             expected: rearm_seen,
-            private: true,
+            sharing: Sharing::Private,
         }];
         let words = gpus
             .iter()
@@ -112,17 +112,15 @@ pub(super) fn run(shared: &Shared) {
         watches.extend(words.zip(&seen).map(|(word, &expected)| Watch {
             word,
             expected,
-            private: false,
+            sharing: Sharing::Shared,
         }));
         if polling || watches.len() > futex::MAX_WORDS {
             std::thread::sleep(POLL);
             continue;
         }
         if futex::wait_any(&watches, MAX_SLEEP) == Waited::Unsupported {
-            crate::log::warn(&format!(
-                "futex_waitv is not available; online work preempts offline work by polling every {} µs",
-                POLL.as_micros()
-            ));
+            tracing::warn!("futex_waitv is not available; online work preempts offline work by polling every {} µs",
+                POLL.as_micros());
             polling = true;
         }
     }
@@ -147,10 +145,10 @@ fn raise_priority() {
     // thread); it reads and writes no memory of ours.
     let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, NICE) };
     if rc != 0 {
-        crate::log::info(&format!(
+        tracing::info!(
             "the preemption thread keeps its priority (nice {NICE} refused: {})",
             std::io::Error::last_os_error()
-        ));
+        );
     }
 }
 

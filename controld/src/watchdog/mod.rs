@@ -87,9 +87,9 @@ impl Watchdog {
         match Watchdog::with_library(OsStr::new(LIBRARY)) {
             Ok(watchdog) => watchdog,
             Err(e) => {
-                crate::log::info(&format!(
+                tracing::info!(
                     "watchdog off: {e}; GPUs, unmanaged processes and bypassed caps go unseen"
-                ));
+                );
                 Watchdog::without_nvml()
             }
         }
@@ -164,7 +164,7 @@ impl Watchdog {
                 // Once per kind of failure, not once per status.
                 let e = e.to_string();
                 if self.last_error.as_ref() != Some(&e) {
-                    crate::log::warn(&format!("watchdog: {e}"));
+                    tracing::warn!("watchdog: {e}");
                     self.last_error = Some(e);
                 }
                 None
@@ -260,7 +260,7 @@ impl Watchdog {
                 format_size(self.slack),
                 self.grace
             );
-            crate::log::error(&format!("container {}: {why}", container.name));
+            tracing::error!("container {}: {why}", container.name);
             let entry = self
                 .kills
                 .entry(container.name.clone())

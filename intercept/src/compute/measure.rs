@@ -18,12 +18,12 @@
 //! upper bound, tightened by every harvest, is the estimate. Without an anchor (no START
 //! completed, or the driver cannot say), intervals end at the moment of the harvest.
 
-use super::{real, Work};
-use crate::container;
-use std::cell::UnsafeCell;
+use super::board;
+use crate::fork_lock::{self, ForkGuard, ForkLock};
+use crate::hooks::real;
 use std::collections::{HashMap, VecDeque};
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use tessera_region::layout::{ComputeAccount, PRIORITY_ONLINE};
 use tessera_region::{monotonic_ns, Region, MAX_DEVICES};
 
@@ -41,6 +41,15 @@ const ESTIMATES_MAX: usize = 4096;
 
 /// A CUDA event handle.
 type Event = usize;
+
+/// What a launch puts on the GPU, as the window counts it: the kernel's function or the
+/// executable graph (whose measured time is known from its earlier launches), and the
+/// GPU time it took a place in the window for.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Work {
+    pub(crate) handle: usize,
+    pub(crate) estimate_ns: u64,
+}
 
 /// Which stream a launch went to: the legacy default stream of a context, a thread's
 /// per-thread default stream in a context, or a created stream.
@@ -158,36 +167,15 @@ static PENDING: AtomicUsize = AtomicUsize::new(0);
 static MINE: [AtomicU32; MAX_DEVICES] = [const { AtomicU32::new(0) }; MAX_DEVICES];
 static MINE_NS: [AtomicU64; MAX_DEVICES] = [const { AtomicU64::new(0) }; MAX_DEVICES];
 
-/// The book behind a spin flag rather than a mutex, so that a fork child can take it back
-/// with one store (a mutex held by a parent thread would stay locked in the child).
-struct SpinLocked {
-    held: AtomicBool,
-    book: UnsafeCell<Option<Book>>,
-}
+/// The book; a fork child finds it afresh (see [`Guard::book`]).
+static BOOK: ForkLock<Option<Book>> = ForkLock::new(None);
 
-// SAFETY: the book is only reached through `lock`, which gives one thread at a time access.
-unsafe impl Sync for SpinLocked {}
-
-static BOOK: SpinLocked = SpinLocked {
-    held: AtomicBool::new(false),
-    book: UnsafeCell::new(None),
-};
-
-struct Guard(&'static SpinLocked);
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        // Release: publishes this holder's changes to the book to the next holder's Acquire.
-        self.0.held.store(false, Ordering::Release);
-    }
-}
+struct Guard(ForkGuard<'static, Option<Book>>);
 
 impl Guard {
     fn book(&mut self) -> &mut Book {
-        // SAFETY: the guard holds the flag, so no other thread reaches the book.
-        let slot = unsafe { &mut *self.0.book.get() };
-        let generation = container::current_generation();
-        let book = slot.get_or_insert_with(Book::default);
+        let generation = fork_lock::generation();
+        let book = self.0.get_or_insert_with(Book::default);
         if book.generation != generation {
             // A fork child: the parent's streams, events and contexts are not its own.
             *book = Book {
@@ -200,17 +188,7 @@ impl Guard {
 }
 
 fn lock() -> Guard {
-    loop {
-        // Acquire: pairs with the Release in `Guard::drop`.
-        if BOOK
-            .held
-            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
-            .is_ok()
-        {
-            return Guard(&BOOK);
-        }
-        std::thread::yield_now();
-    }
+    Guard(BOOK.lock())
 }
 
 /// Whether this process has launches being measured.
@@ -286,7 +264,7 @@ fn take_event(book: &mut Book, ctx: usize) -> Option<Event> {
     if let Some(e) = book.pool.get_mut(&ctx).and_then(Vec::pop) {
         return Some(e);
     }
-    let create = real::event_create()?;
+    let create = real::cuEventCreate::real()?;
     let mut e: *mut c_void = std::ptr::null_mut();
     // SAFETY: writes one handle to our local; flags 0 keep timing on.
     (unsafe { create(&mut e, 0) } == SUCCESS && !e.is_null()).then_some(e as usize)
@@ -302,7 +280,7 @@ fn give_event(book: &mut Book, ctx: usize, e: Event) {
 }
 
 fn record(e: Event, stream: *mut c_void) -> bool {
-    let Some(record) = real::event_record() else {
+    let Some(record) = real::cuEventRecord::real() else {
         return false;
     };
     // SAFETY: an event of the current context and a stream handle the driver just accepted
@@ -380,7 +358,7 @@ pub(crate) fn after_launch(
 /// Whether an event's work has completed: `Some(true)` done, `Some(false)` not yet,
 /// `None` if the driver no longer knows it (its context is gone).
 fn query_done(e: Event) -> Option<bool> {
-    let query = real::event_query()?;
+    let query = real::cuEventQuery::real()?;
     // SAFETY: an event handle this library created; a destroyed one is an error code.
     match unsafe { query(e as *mut c_void) } {
         SUCCESS => Some(true),
@@ -390,7 +368,7 @@ fn query_done(e: Event) -> Option<bool> {
 }
 
 fn elapsed_ns(from: Event, to: Event) -> Option<u64> {
-    let elapsed = real::event_elapsed()?;
+    let elapsed = real::cuEventElapsedTime::real()?;
     let mut ms = 0f32;
     // SAFETY: writes one float to our local; both events are ours and complete.
     let rc = unsafe { elapsed(&mut ms, from as *mut c_void, to as *mut c_void) };
@@ -552,11 +530,11 @@ pub(crate) fn settle_active(region: &Region, device: usize) {
         // Relaxed: a setting of the daemon's, read afresh each time. An online container
         // wakes the daemon's preemption thread, which lifts the offline blocks at once.
         if cleared && acct.priority.load(Ordering::Relaxed) == PRIORITY_ONLINE {
-            super::board_clear(acct, device);
+            board::clear(acct, device);
             // SeqCst: a launch on another thread may have raised the flag again between
             // the clear above and the board's: its bit must stand.
             if acct.active.load(Ordering::SeqCst) != 0 {
-                super::board_raise(acct, device);
+                board::raise(acct, device);
             }
             acct.wake_active();
         }
@@ -578,7 +556,7 @@ pub(crate) fn oldest_end(device: usize) -> Option<Event> {
 
 /// Waits for an event with the real `cuEventSynchronize`.
 pub(crate) fn wait_event(e: Event) {
-    if let Some(sync) = real::event_synchronize() {
+    if let Some(sync) = real::cuEventSynchronize::real() {
         // SAFETY: an event handle this library created; a stale one returns an error.
         unsafe { sync(e as *mut c_void) };
     }
@@ -588,7 +566,6 @@ pub(crate) fn wait_event(e: Event) {
 /// atomic stores only (the book itself is replaced at its next use, by generation).
 pub(crate) fn after_fork_in_child() {
     // Relaxed throughout: the child has one thread until it returns from fork.
-    BOOK.held.store(false, Ordering::Relaxed);
     PENDING.store(0, Ordering::Relaxed);
     for m in &MINE {
         m.store(0, Ordering::Relaxed);

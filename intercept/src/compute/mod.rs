@@ -12,24 +12,21 @@
 //! full, on the completion of its own oldest launch. Admitted launches are measured with
 //! events ([`measure`]) and charged as they complete: never a synchronization per kernel.
 //!
-//! `TESSERA_COMPUTE=fixed:Q` without a daemon puts the region's devices in local mode:
-//! the processes refill the bucket themselves. A malformed value is one error line and
-//! leaves compute unlimited: a bad setting never stops an application's kernels.
+//! `TESSERA_COMPUTE=fixed:Q` without a daemon puts the region's devices in local mode (see
+//! `container::local_share`): the processes refill the bucket themselves.
 
-mod config;
+mod board;
 mod measure;
-mod real;
 pub(crate) mod sync;
 
 use crate::container;
-use measure::StreamKey;
+use crate::hooks::real;
+use measure::{StreamKey, Work};
 use std::cell::Cell;
 use std::ffi::c_void;
 use std::sync::atomic::Ordering;
-use tessera_region::layout::{
-    ComputeAccount, COMPUTE_DAEMON, COMPUTE_LOCAL, PRIORITY_OFFLINE, PRIORITY_ONLINE,
-};
-use tessera_region::{monotonic_ns, Board, Region, MAX_DEVICES};
+use tessera_region::layout::{ComputeAccount, COMPUTE_LOCAL, PRIORITY_ONLINE};
+use tessera_region::{monotonic_ns, Region, MAX_DEVICES};
 
 const SUCCESS: u32 = 0;
 /// The longest a throttled launch sleeps before it looks again.
@@ -47,51 +44,6 @@ pub(crate) struct Ticket {
     ctx: usize,
     start: Option<(usize, u64)>,
     work: Work,
-}
-
-/// What a launch puts on the GPU, as the window counts it: the kernel's function or the
-/// executable graph (whose measured time is known from its earlier launches), and the
-/// GPU time it took a place in the window for.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Work {
-    pub(crate) handle: usize,
-    pub(crate) estimate_ns: u64,
-}
-
-/// Applies `TESSERA_COMPUTE` to a freshly opened region: local mode at the share asked on
-/// every device that `controld` does not manage. Called once per process, when the
-/// container state is made.
-pub(crate) fn configure(region: &Region) {
-    let Some(value) = crate::env::var(crate::env::COMPUTE) else {
-        return;
-    };
-    let ppm = match config::parse(&value) {
-        Ok(config::LocalShare::Fixed { ppm }) => ppm,
-        Ok(config::LocalShare::None) => return,
-        Err(line) => {
-            crate::tlog!(error, "{line}");
-            return;
-        }
-    };
-    for device in 0..MAX_DEVICES {
-        let acct = region.compute(device);
-        // Relaxed: the daemon's mode is a single word; a daemon that takes the region over
-        // later sets its own mode anyway.
-        if acct.mode.load(Ordering::Relaxed) == COMPUTE_DAEMON {
-            crate::tlog!(
-                warn,
-                "controld manages compute on device {device}; TESSERA_COMPUTE={value} is ignored there"
-            );
-            continue;
-        }
-        // Relaxed: read by refills, which take the mode set below as their go-ahead.
-        acct.local_share_ppm.store(ppm, Ordering::Relaxed);
-        region.set_compute_mode(device, COMPUTE_LOCAL);
-    }
-    crate::tlog!(
-        info,
-        "compute limited to {value} of each device by this container's processes"
-    );
 }
 
 /// The gate, before a launch of `work` (a kernel's function or an executable graph) on
@@ -159,7 +111,7 @@ thread_local! {
 
 /// The current context and its device (cached per thread by context handle).
 fn current_device() -> Option<(usize, usize)> {
-    let get = real::ctx_get_current()?;
+    let get = real::cuCtxGetCurrent::real()?;
     let mut ctx: *mut c_void = std::ptr::null_mut();
     // SAFETY: writes one handle to our local.
     if unsafe { get(&mut ctx) } != SUCCESS || ctx.is_null() {
@@ -169,7 +121,7 @@ fn current_device() -> Option<(usize, usize)> {
     if cached == ctx as usize && device < MAX_DEVICES {
         return Some((cached, device));
     }
-    let get_device = real::ctx_get_device()?;
+    let get_device = real::cuCtxGetDevice::real()?;
     let mut dev = -1;
     // SAFETY: writes one int to our local.
     if unsafe { get_device(&mut dev) } != SUCCESS {
@@ -183,7 +135,7 @@ fn current_device() -> Option<(usize, usize)> {
 /// Whether work on `stream` goes into a graph being captured (it is gated when the graph
 /// is launched) — or the driver cannot say, in which case the launch is not gated either.
 fn capturing(stream: *mut c_void, per_thread: bool) -> bool {
-    let Some(is_capturing) = real::stream_is_capturing() else {
+    let Some(is_capturing) = real::cuStreamIsCapturing::real() else {
         return true;
     };
     let stream = if per_thread && stream.is_null() {
@@ -279,7 +231,7 @@ fn raise_active(acct: &ComputeAccount, device: usize) {
     // Relaxed: a setting of the daemon's, read afresh each time.
     let online = acct.priority.load(Ordering::Relaxed) == PRIORITY_ONLINE;
     if online {
-        board_raise(acct, device);
+        board::raise(acct, device);
     }
     // SeqCst: the flag is set before the wake-up's system call is made; the futex protocol
     // of the daemon (load, check, wait on the loaded value) then never misses it.
@@ -293,43 +245,12 @@ fn raise_active(acct: &ComputeAccount, device: usize) {
     }
 }
 
-/// The board and this container's bit on it, if it has both.
-fn own_board_bit(acct: &ComputeAccount) -> Option<(&'static Board, u32)> {
-    Some((container::board()?, acct.board_bit()?))
-}
-
-/// Sets this online container's bit for `device` on the board (if it has a board and a
-/// bit), and notes when.
-pub(crate) fn board_raise(acct: &ComputeAccount, device: usize) {
-    if let Some((board, bit)) = own_board_bit(acct) {
-        if board.set(device, bit) {
-            // Relaxed: a timestamp for the scenario runner, after the store that matters.
-            acct.board_set_ns.store(monotonic_ns(), Ordering::Relaxed);
-        }
-    }
-}
-
-/// Clears this online container's bit for `device` on the board.
-pub(crate) fn board_clear(acct: &ComputeAccount, device: usize) {
-    if let Some((board, bit)) = own_board_bit(acct) {
-        board.clear(device, bit);
-    }
-}
-
-/// Whether the board says online work runs on `device`, for an offline container (never
-/// for others).
-fn online_elsewhere(acct: &ComputeAccount, device: usize) -> bool {
-    // Relaxed: a setting of the daemon's, read afresh each time.
-    acct.priority.load(Ordering::Relaxed) == PRIORITY_OFFLINE
-        && container::board().is_some_and(|b| b.online(device) != 0)
-}
-
 /// One attempt to take a place: not blocked, bucket positive, room in the window for the
 /// work's estimate (the container's window, with a daemon; this process's, in local mode,
 /// so that a process killed with launches in flight cannot hold the others' window).
 fn try_admit(acct: &ComputeAccount, device: usize, work: Work) -> Result<(), Refusal> {
     // SeqCst: part of the sleep protocol (checked after `gate` is loaded).
-    if acct.blocked.load(Ordering::SeqCst) != 0 || online_elsewhere(acct, device) {
+    if acct.blocked.load(Ordering::SeqCst) != 0 || board::online_elsewhere(acct, device) {
         let now = monotonic_ns();
         // Relaxed: a timestamp for statistics; only the first finder after an unblock
         // writes it (the daemon sets it back to 0 when it lifts the block).
@@ -360,7 +281,7 @@ fn try_admit(acct: &ComputeAccount, device: usize, work: Work) -> Result<(), Ref
     // total order, so anyone who reads the count after seeing the block sees this launch
     // among those admitted before it.
     acct.launches.fetch_add(1, Ordering::SeqCst);
-    if acct.blocked.load(Ordering::SeqCst) != 0 || online_elsewhere(acct, device) {
+    if acct.blocked.load(Ordering::SeqCst) != 0 || board::online_elsewhere(acct, device) {
         // Relaxed: taking back the count just taken.
         acct.launches.fetch_sub(1, Ordering::Relaxed);
         measure::leave_mine(device, 1, estimate);

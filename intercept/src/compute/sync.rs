@@ -3,6 +3,7 @@
 
 use super::measure;
 use crate::container;
+use crate::hooks::real;
 use std::ffi::c_void;
 
 /// Harvests completed launches if this process measures any (one load otherwise).
@@ -20,7 +21,7 @@ fn after_sync() {
 /// # Safety
 /// `real` is the driver's function; `stream` is the caller's.
 pub(crate) unsafe fn stream_synchronize(
-    real: unsafe extern "C" fn(*mut c_void) -> u32,
+    real: real::cuStreamSynchronize::Real,
     stream: *mut c_void,
 ) -> u32 {
     // SAFETY: the caller's argument, passed on to the function it was meant for.
@@ -33,7 +34,7 @@ pub(crate) unsafe fn stream_synchronize(
 ///
 /// # Safety
 /// `real` is the driver's function.
-pub(crate) unsafe fn ctx_synchronize(real: unsafe extern "C" fn() -> u32) -> u32 {
+pub(crate) unsafe fn ctx_synchronize(real: real::cuCtxSynchronize::Real) -> u32 {
     // SAFETY: the driver's function, called as the application called ours.
     let rc = unsafe { real() };
     after_sync();
@@ -45,7 +46,7 @@ pub(crate) unsafe fn ctx_synchronize(real: unsafe extern "C" fn() -> u32) -> u32
 /// # Safety
 /// `real` is the driver's function; `event` is the caller's.
 pub(crate) unsafe fn event_synchronize(
-    real: unsafe extern "C" fn(*mut c_void) -> u32,
+    real: real::cuEventSynchronize::Real,
     event: *mut c_void,
 ) -> u32 {
     // SAFETY: the caller's argument, passed on to the function it was meant for.

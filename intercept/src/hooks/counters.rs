@@ -2,7 +2,6 @@
 //!
 //! Off unless `TESSERA_DEBUG_COUNTERS=1`; when off, a hook pays one relaxed load.
 
-use std::ffi::{c_char, CStr};
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 
 const UNKNOWN: u8 = 0;
@@ -31,24 +30,4 @@ fn read_switch() -> bool {
     // Relaxed: see `count`; racing threads store the same value.
     STATE.store(if on { ON } else { OFF }, Ordering::Relaxed);
     on
-}
-
-/// How many times the hook exported as `name` ran (`TESSERA_DEBUG_COUNTERS=1`), e.g.
-/// `"cuLaunchKernel_ptsz"`; 0 with counters off; `u64::MAX` for a name that is not hooked.
-///
-/// # Safety
-/// `name` is null or a NUL-terminated string.
-#[no_mangle]
-pub unsafe extern "C" fn tessera_debug_counter(name: *const c_char) -> u64 {
-    if name.is_null() {
-        return u64::MAX;
-    }
-    // SAFETY: non-null and NUL-terminated, by the contract.
-    let name = unsafe { CStr::from_ptr(name) };
-    // SAFETY: a CStr is NUL-terminated.
-    match unsafe { super::find(name.as_ptr()) } {
-        // Relaxed: see `count`.
-        Some(hook) => hook.calls.load(Ordering::Relaxed),
-        None => u64::MAX,
-    }
 }

@@ -6,15 +6,47 @@
 //! first CUDA version of that ABI as `cuGetProcAddress` knows it (and `per_thread` for the
 //! `_ptsz` twins), and the handler.
 //!
+//! Below the hooked entries, the call-only ones: driver and NVML functions the handlers call
+//! but do not intercept (a handler calls a hooked function through its entry too). They get a
+//! real-function slot and a signature, no export.
+//!
+//! The list is kept in the `hook_table!` macro and expanded twice: by [`super::real`] into
+//! each entry's signature (`Real`) and real-function slot, which handlers take their types
+//! from, and by [`super::exports`] into the exports and [`super::HOOKS`], which call the
+//! handlers. So imports run one way: exports → handlers → real.
+//!
 //! Names are in byte order (checked when compiling). A base name's revisions must be hooked
 //! from the oldest one listed up to the newest, each with its per-thread twin where the driver
 //! has one: `cuGetProcAddress` substitution relies on it, and the coverage test checks it.
 
-use super::hook_table;
-use crate::{compute, launch, memory, proc_address, visibility};
-use std::ffi::{c_char, c_int, c_uint, c_void};
-
-hook_table! {
+/// Hands the table to `$expand`, one entry a line in a normal form:
+/// `hook lib name(arg: type, …) [base since flavour] => handler;` and
+/// `call lib name(type, …);`. A hooked entry as written here:
+///
+/// ```text
+/// cuda fn cuMemAlloc_v2(dptr: *mut u64, bytes: usize) [cuMemAlloc @ 3020] => handler;
+/// cuda fn cuLaunchKernel_ptsz(…) [cuLaunchKernel @ 7000 per_thread] => handler;
+/// nvml fn nvmlDeviceGetMemoryInfo(device: *mut c_void, memory: *mut c_void) => handler;
+/// ```
+///
+/// A call-only entry: `cuda call cuEventQuery(event: *mut c_void);`. Every function returns
+/// the library's 32-bit result code.
+macro_rules! hook_table {
+    (@normal $expand:ident
+        hooks {$(
+            $lib:ident fn $name:ident ( $($arg:ident : $ty:ty),* $(,)? )
+            $( [ $base:ident @ $since:literal $($flavour:ident)? ] )?
+            => $handler:path;
+        )*}
+        calls {$( $clib:ident call $cname:ident ( $($carg:ident : $cty:ty),* $(,)? ); )*}
+    ) => {
+        $expand! {
+            $( hook $lib $name ($($arg: $ty),*) [$($base $since $($flavour)?)?] => $handler; )*
+            $( call $clib $cname ($($cty),*); )*
+        }
+    };
+    // The table: the hooked entries, then the call-only ones.
+    ($expand:ident) => { hook_table! { @normal $expand hooks {
     cuda fn cuArray3DCreate_v2(arr: *mut *mut c_void, desc: *const c_void)
         [cuArray3DCreate @ 3020] => memory::array::array3d_create;
     cuda fn cuArrayCreate_v2(arr: *mut *mut c_void, desc: *const c_void)
@@ -170,4 +202,19 @@ hook_table! {
         => memory::nvml::memory_info;
     nvml fn nvmlDeviceGetMemoryInfo_v2(device: *mut c_void, memory: *mut c_void)
         => memory::nvml::memory_info_v2;
+} calls {
+    cuda call cuCtxGetCurrent(ctx: *mut *mut c_void);
+    cuda call cuCtxGetDevice(dev: *mut i32);
+    cuda call cuCtxPopCurrent_v2(ctx: *mut *mut c_void);
+    cuda call cuCtxPushCurrent_v2(ctx: *mut c_void);
+    cuda call cuDevicePrimaryCtxGetState(dev: i32, flags: *mut u32, active: *mut i32);
+    cuda call cuEventCreate(event: *mut *mut c_void, flags: u32);
+    cuda call cuEventDestroy_v2(event: *mut c_void);
+    cuda call cuEventElapsedTime(ms: *mut f32, start: *mut c_void, end: *mut c_void);
+    cuda call cuEventQuery(event: *mut c_void);
+    cuda call cuEventRecord(event: *mut c_void, stream: *mut c_void);
+    cuda call cuStreamIsCapturing(stream: *mut c_void, status: *mut u32);
+    nvml call nvmlInit_v2();
+} } };
 }
+pub(crate) use hook_table;

@@ -2,10 +2,14 @@
 //! resolves, and `cuGetProcAddress` substitution agrees with the driver's own choice of
 //! revision for every base name, version and stream flavour.
 
+use super::hook::{strictly_sorted, Hook};
 use super::*;
-use std::ffi::{c_char, c_int, CString};
+use crate::driver::Lib;
+use std::ffi::c_void;
+use std::ffi::{CStr, CString};
 use std::path::PathBuf;
 use std::process::Command;
+use std::ptr::NonNull;
 use std::sync::OnceLock;
 
 /// Builds the simulated libraries (in this test binary's profile) and makes them the real
@@ -135,8 +139,21 @@ fn every_real_function_resolves_on_simgpu_and_is_not_ours() {
     }
 }
 
-type GetProcAddressV2 =
-    unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64, *mut c_int) -> u32;
+#[test]
+fn every_call_only_function_resolves_on_simgpu() {
+    simgpu();
+    for slot in real::CALL_ONLY {
+        let found = slot
+            .get()
+            .unwrap_or_else(|| panic!("{:?} not found", slot.name));
+        assert!(!crate::driver::is_ours(found.as_ptr()), "{:?}", slot.name);
+    }
+    assert!(real::CALL_ONLY
+        .iter()
+        .all(|s| HOOKS.iter().all(|h| h.name.as_bytes() != s.name.to_bytes())));
+}
+
+type GetProcAddressV2 = real::cuGetProcAddress_v2::Real;
 
 /// What the simulated driver answers for `base` at `version`, per-thread or not.
 fn driver_answer(
@@ -149,7 +166,7 @@ fn driver_answer(
     let mut status = -1;
     let flags = if per_thread { 2 } else { 0 };
     // SAFETY: a NUL-terminated name and valid out-pointers.
-    let rc = unsafe { get(base.as_ptr(), &mut p, version as c_int, flags, &mut status) };
+    let rc = unsafe { get(base.as_ptr(), &mut p, version as i32, flags, &mut status) };
     if rc == 0 {
         p
     } else {

@@ -2,7 +2,8 @@
 //! memory on the current context's device.
 
 use super::registry::Key;
-use super::{admit, counted, forget, real, record, Admit, Site, OUT_OF_MEMORY, SUCCESS};
+use super::{admit, counted, forget, record, Admit, Site, OUT_OF_MEMORY, SUCCESS};
+use crate::hooks::real;
 
 /// Rows of a pitched allocation are reserved at this alignment before the driver says what
 /// pitch it chose (the common one); the reservation is corrected to the real pitch after.
@@ -11,7 +12,7 @@ const PITCH_GUESS: u64 = 512;
 /// # Safety
 /// `real` is the driver's `cuMemAlloc_v2`; the arguments are the caller's, unchanged.
 pub(crate) unsafe fn mem_alloc(
-    real: unsafe extern "C" fn(*mut u64, usize) -> u32,
+    real: real::cuMemAlloc_v2::Real,
     dptr: *mut u64,
     bytes: usize,
 ) -> u32 {
@@ -22,7 +23,7 @@ pub(crate) unsafe fn mem_alloc(
 /// # Safety
 /// `real` is the driver's `cuMemAllocManaged`; the arguments are the caller's, unchanged.
 pub(crate) unsafe fn mem_alloc_managed(
-    real: unsafe extern "C" fn(*mut u64, usize, u32) -> u32,
+    real: real::cuMemAllocManaged::Real,
     dptr: *mut u64,
     bytes: usize,
     flags: u32,
@@ -42,7 +43,7 @@ pub(crate) fn pitch_estimate(width: usize, height: usize) -> u64 {
 /// # Safety
 /// `real` is the driver's `cuMemAllocPitch_v2`; the arguments are the caller's, unchanged.
 pub(crate) unsafe fn mem_alloc_pitch(
-    real: unsafe extern "C" fn(*mut u64, *mut usize, usize, usize, u32) -> u32,
+    real: real::cuMemAllocPitch_v2::Real,
     dptr: *mut u64,
     pitch: *mut usize,
     width: usize,
@@ -68,7 +69,7 @@ pub(crate) unsafe fn mem_alloc_pitch(
     let bytes = (row as u64).saturating_mul(height as u64);
     if reservation.resize(bytes).is_err() {
         // The driver chose a wider pitch than we could reserve: undo the allocation.
-        if let Some(free) = real::mem_free() {
+        if let Some(free) = real::cuMemFree_v2::real() {
             // SAFETY: ptr is the allocation the driver has just made for us.
             unsafe { free(ptr) };
         }
@@ -87,7 +88,7 @@ pub(crate) unsafe fn mem_alloc_pitch(
 
 /// # Safety
 /// `real` is the driver's `cuMemFree_v2`; the arguments are the caller's, unchanged.
-pub(crate) unsafe fn mem_free(real: unsafe extern "C" fn(u64) -> u32, dptr: u64) -> u32 {
+pub(crate) unsafe fn mem_free(real: real::cuMemFree_v2::Real, dptr: u64) -> u32 {
     if dptr == 0 {
         // SAFETY: the caller's argument, passed on.
         return unsafe { real(dptr) };

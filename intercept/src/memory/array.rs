@@ -4,6 +4,7 @@
 
 use super::registry::Key;
 use super::{admit, forget, record, Admit, Site, OUT_OF_MEMORY, SUCCESS};
+use crate::hooks::real;
 use std::ffi::c_void;
 
 /// `CUDA_ARRAY_DESCRIPTOR` (the `_v2` one).
@@ -117,7 +118,7 @@ unsafe fn counted(
 /// # Safety
 /// `real` is the driver's `cuArrayCreate_v2`; the arguments are the caller's, unchanged.
 pub(crate) unsafe fn array_create(
-    real: unsafe extern "C" fn(*mut *mut c_void, *const c_void) -> u32,
+    real: real::cuArrayCreate_v2::Real,
     arr: *mut *mut c_void,
     desc: *const c_void,
 ) -> u32 {
@@ -143,7 +144,7 @@ pub(crate) unsafe fn array_create(
 /// # Safety
 /// `real` is the driver's `cuArray3DCreate_v2`; the arguments are the caller's, unchanged.
 pub(crate) unsafe fn array3d_create(
-    real: unsafe extern "C" fn(*mut *mut c_void, *const c_void) -> u32,
+    real: real::cuArray3DCreate_v2::Real,
     arr: *mut *mut c_void,
     desc: *const c_void,
 ) -> u32 {
@@ -160,10 +161,7 @@ pub(crate) unsafe fn array3d_create(
 
 /// # Safety
 /// `real` is the driver's `cuArrayDestroy`; the arguments are the caller's, unchanged.
-pub(crate) unsafe fn array_destroy(
-    real: unsafe extern "C" fn(*mut c_void) -> u32,
-    arr: *mut c_void,
-) -> u32 {
+pub(crate) unsafe fn array_destroy(real: real::cuArrayDestroy::Real, arr: *mut c_void) -> u32 {
     // SAFETY: the caller's argument, passed on.
     forget(Key::Array(arr as usize), || unsafe { real(arr) })
 }
@@ -171,7 +169,7 @@ pub(crate) unsafe fn array_destroy(
 /// # Safety
 /// `real` is the driver's `cuMipmappedArrayCreate`; the arguments are the caller's, unchanged.
 pub(crate) unsafe fn mipmapped_array_create(
-    real: unsafe extern "C" fn(*mut *mut c_void, *const c_void, u32) -> u32,
+    real: real::cuMipmappedArrayCreate::Real,
     arr: *mut *mut c_void,
     desc: *const c_void,
     levels: u32,
@@ -190,7 +188,7 @@ pub(crate) unsafe fn mipmapped_array_create(
 /// # Safety
 /// `real` is the driver's `cuMipmappedArrayDestroy`; the arguments are the caller's, unchanged.
 pub(crate) unsafe fn mipmapped_array_destroy(
-    real: unsafe extern "C" fn(*mut c_void) -> u32,
+    real: real::cuMipmappedArrayDestroy::Real,
     arr: *mut c_void,
 ) -> u32 {
     // SAFETY: the caller's argument, passed on.

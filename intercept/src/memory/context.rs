@@ -20,11 +20,13 @@
 //! Context calls are rare and serialised here, so that two measurements in this process
 //! never overlap.
 
-use super::{current_device, forget_context, real, OUT_OF_MEMORY, SUCCESS};
+use super::{current_device, forget_context, OUT_OF_MEMORY, SUCCESS};
 use crate::container::{self, Container, Reservation};
+use crate::fork_lock::{self, ForkGuard, ForkLock};
+use crate::hooks::real;
 use std::collections::HashMap;
 use std::ffi::c_void;
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::OnceLock;
 use tessera_region::MAX_DEVICES;
 
 /// A primary context this process counts: counted from the retain that made it active until
@@ -51,16 +53,16 @@ struct Book {
     created: HashMap<usize, (usize, u64)>,
 }
 
-static BOOK: Mutex<Option<Book>> = Mutex::new(None);
+static BOOK: ForkLock<Option<Book>> = ForkLock::new(None);
 
 /// The book, locked for the whole context operation.
-struct Locked(MutexGuard<'static, Option<Book>>);
+struct Locked(ForkGuard<'static, Option<Book>>);
 
 impl Locked {
     fn get() -> Locked {
         // A panic while locked leaves the book consistent: updates are single assignments.
-        let mut guard = BOOK.lock().unwrap_or_else(|e| e.into_inner());
-        let generation = container::current_generation();
+        let mut guard = BOOK.lock();
+        let generation = fork_lock::generation();
         if !matches!(guard.as_ref(), Some(b) if b.generation == generation) {
             *guard = Some(Book {
                 generation,
@@ -145,7 +147,7 @@ impl Reading {
 /// `nvmlProcessInfo_v2_t`: what NVML's `_v3` running-process query writes per process.
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
-pub(crate) struct ProcessInfo {
+struct ProcessInfo {
     pid: u32,
     used_gpu_memory: u64,
     gpu_instance_id: u32,
@@ -159,12 +161,12 @@ const MAX_LISTED: usize = 256;
 /// only and `listed` is false (before this process's first context), `None` when NVML cannot
 /// say or, with `listed`, does not list this process (another pid namespace).
 fn process_used(device: *mut c_void, listed: bool) -> Option<u64> {
-    let query = real::nvml_compute_processes()?;
+    let query = real::nvmlDeviceGetComputeRunningProcesses_v3::real()?;
     let mut infos = vec![ProcessInfo::default(); MAX_LISTED];
     let mut count = MAX_LISTED as u32;
     // SAFETY: infos holds `count` entries of nvmlProcessInfo_v2_t for NVML to fill; it
     // writes the number filled to our local.
-    let rc = unsafe { query(device, &mut count, infos.as_mut_ptr()) };
+    let rc = unsafe { query(device, &mut count, infos.as_mut_ptr().cast()) };
     if rc != SUCCESS {
         return None;
     }
@@ -186,10 +188,10 @@ fn process_used(device: *mut c_void, listed: bool) -> Option<u64> {
 fn read(gauge: Gauge, ctx: Option<*mut c_void>) -> Option<u64> {
     match gauge {
         Gauge::Cuda => {
-            let info = real::mem_get_info()?;
+            let info = real::cuMemGetInfo_v2::real()?;
             let pushed = match ctx {
                 Some(ctx) => {
-                    let push = real::ctx_push_current()?;
+                    let push = real::cuCtxPushCurrent_v2::real()?;
                     // SAFETY: ctx is a live context the driver has just returned.
                     (unsafe { push(ctx) } == SUCCESS).then_some(true)?
                 }
@@ -199,7 +201,7 @@ fn read(gauge: Gauge, ctx: Option<*mut c_void>) -> Option<u64> {
             // SAFETY: writes two size_t to our locals.
             let rc = unsafe { info(&mut free, &mut total) };
             if pushed {
-                if let Some(pop) = real::ctx_pop_current() {
+                if let Some(pop) = real::cuCtxPopCurrent_v2::real() {
                     let mut popped = std::ptr::null_mut();
                     // SAFETY: pops the context pushed above into our local.
                     unsafe { pop(&mut popped) };
@@ -208,10 +210,10 @@ fn read(gauge: Gauge, ctx: Option<*mut c_void>) -> Option<u64> {
             (rc == SUCCESS).then(|| total.saturating_sub(free) as u64)
         }
         Gauge::Nvml(device) => {
-            let info = real::nvml_memory_info()?;
+            let info = real::nvmlDeviceGetMemoryInfo::real()?;
             let mut memory = [0u64; 3]; // total, free, used
                                         // SAFETY: device is an NVML handle; writes an nvmlMemory_t to our local.
-            let rc = unsafe { info(device, &mut memory) };
+            let rc = unsafe { info(device, memory.as_mut_ptr().cast()) };
             (rc == SUCCESS).then(|| memory[0].saturating_sub(memory[1]))
         }
     }
@@ -223,12 +225,12 @@ fn nvml_device(device: usize) -> Option<*mut c_void> {
     let ready = *NVML.get_or_init(|| {
         // SAFETY: nvmlInit_v2 takes no arguments; NVML counts inits, so the application's
         // own init and shutdown pairs are unaffected.
-        real::nvml_init().is_some_and(|init| unsafe { init() } == SUCCESS)
+        real::nvmlInit_v2::real().is_some_and(|init| unsafe { init() } == SUCCESS)
     });
     if !ready {
         return None;
     }
-    let by_index = real::nvml_device_by_index()?;
+    let by_index = real::nvmlDeviceGetHandleByIndex_v2::real()?;
     let mut handle = std::ptr::null_mut();
     // SAFETY: writes one handle to our local.
     let rc = unsafe { by_index(u32::try_from(device).ok()?, &mut handle) };
@@ -328,7 +330,7 @@ fn counted_device(dev: i32) -> Option<usize> {
 /// Whether the driver reports device `dev`'s primary context active; `None` when it cannot
 /// say.
 fn primary_active(dev: i32) -> Option<bool> {
-    let state = real::primary_ctx_get_state()?;
+    let state = real::cuDevicePrimaryCtxGetState::real()?;
     let (mut flags, mut active) = (0u32, 0i32);
     // SAFETY: writes a flags word and an int to our locals.
     let rc = unsafe { state(dev, &mut flags, &mut active) };
@@ -359,7 +361,7 @@ unsafe fn create_counted(ctx: *mut *mut c_void, dev: i32, create: impl FnOnce() 
             // SAFETY: ctx is non-null; the driver wrote it if it made a context.
             let handle = unsafe { ctx.read() };
             if !handle.is_null() {
-                if let Some(destroy) = real::ctx_destroy() {
+                if let Some(destroy) = real::cuCtxDestroy_v2::real() {
                     // SAFETY: undoes the context the driver has just made for this call.
                     unsafe { destroy(handle) };
                 }
@@ -375,7 +377,7 @@ unsafe fn create_counted(ctx: *mut *mut c_void, dev: i32, create: impl FnOnce() 
 /// # Safety
 /// `real` is the driver's `cuCtxCreate_v2`; the arguments are the caller's, unchanged.
 pub(crate) unsafe fn ctx_create_v2(
-    real: unsafe extern "C" fn(*mut *mut c_void, u32, i32) -> u32,
+    real: real::cuCtxCreate_v2::Real,
     ctx: *mut *mut c_void,
     flags: u32,
     dev: i32,
@@ -387,7 +389,7 @@ pub(crate) unsafe fn ctx_create_v2(
 /// # Safety
 /// `real` is the driver's `cuCtxCreate_v3`; the arguments are the caller's, unchanged.
 pub(crate) unsafe fn ctx_create_v3(
-    real: unsafe extern "C" fn(*mut *mut c_void, *mut c_void, i32, u32, i32) -> u32,
+    real: real::cuCtxCreate_v3::Real,
     ctx: *mut *mut c_void,
     params: *mut c_void,
     num_params: i32,
@@ -401,7 +403,7 @@ pub(crate) unsafe fn ctx_create_v3(
 /// # Safety
 /// `real` is the driver's `cuCtxCreate_v4`; the arguments are the caller's, unchanged.
 pub(crate) unsafe fn ctx_create_v4(
-    real: unsafe extern "C" fn(*mut *mut c_void, *mut c_void, u32, i32) -> u32,
+    real: real::cuCtxCreate_v4::Real,
     ctx: *mut *mut c_void,
     params: *mut c_void,
     flags: u32,
@@ -413,10 +415,7 @@ pub(crate) unsafe fn ctx_create_v4(
 
 /// # Safety
 /// `real` is the driver's `cuCtxDestroy_v2`; the arguments are the caller's, unchanged.
-pub(crate) unsafe fn ctx_destroy(
-    real: unsafe extern "C" fn(*mut c_void) -> u32,
-    ctx: *mut c_void,
-) -> u32 {
+pub(crate) unsafe fn ctx_destroy(real: real::cuCtxDestroy_v2::Real, ctx: *mut c_void) -> u32 {
     let Some(c) = container::get() else {
         // SAFETY: the caller's argument, passed on.
         return unsafe { real(ctx) };
@@ -439,7 +438,7 @@ pub(crate) unsafe fn ctx_destroy(
 /// # Safety
 /// `real` is the driver's `cuDevicePrimaryCtxRetain`; the arguments are the caller's.
 pub(crate) unsafe fn primary_ctx_retain(
-    real: unsafe extern "C" fn(*mut *mut c_void, i32) -> u32,
+    real: real::cuDevicePrimaryCtxRetain::Real,
     ctx: *mut *mut c_void,
     dev: i32,
 ) -> u32 {
@@ -484,7 +483,7 @@ pub(crate) unsafe fn primary_ctx_retain(
         Err(OUT_OF_MEMORY) => {
             // SAFETY: ctx is non-null and the driver wrote it, if it made the context.
             if !unsafe { ctx.read() }.is_null() {
-                if let Some(release) = real::primary_ctx_release() {
+                if let Some(release) = real::cuDevicePrimaryCtxRelease_v2::real() {
                     // SAFETY: gives back the retain the driver has just granted this call.
                     unsafe { release(dev) };
                 }
@@ -541,7 +540,10 @@ fn settle_primary(c: &Container, book: &mut Book, dev: i32, device: usize, reset
 
 /// # Safety
 /// `real` is the driver's `cuDevicePrimaryCtxRelease_v2`; the arguments are the caller's.
-pub(crate) unsafe fn primary_ctx_release(real: unsafe extern "C" fn(i32) -> u32, dev: i32) -> u32 {
+pub(crate) unsafe fn primary_ctx_release(
+    real: real::cuDevicePrimaryCtxRelease::Real,
+    dev: i32,
+) -> u32 {
     let (Some(device), Some(c)) = (counted_device(dev), container::get()) else {
         // SAFETY: the caller's argument, passed on.
         return unsafe { real(dev) };
@@ -557,7 +559,7 @@ pub(crate) unsafe fn primary_ctx_release(real: unsafe extern "C" fn(i32) -> u32,
 
 /// # Safety
 /// `real` is the driver's `cuDevicePrimaryCtxReset_v2`; the arguments are the caller's.
-pub(crate) unsafe fn primary_ctx_reset(real: unsafe extern "C" fn(i32) -> u32, dev: i32) -> u32 {
+pub(crate) unsafe fn primary_ctx_reset(real: real::cuDevicePrimaryCtxReset::Real, dev: i32) -> u32 {
     let (Some(device), Some(c)) = (counted_device(dev), container::get()) else {
         // SAFETY: the caller's argument, passed on.
         return unsafe { real(dev) };

@@ -14,13 +14,17 @@ pub(crate) mod context;
 pub(crate) mod nvml;
 pub(crate) mod pool;
 pub(crate) mod query;
-pub(crate) mod real;
 pub(crate) mod registry;
 pub(crate) mod vmm;
 
 use crate::container::{self, Container, Reservation};
-use registry::{Allocation, Key};
+use crate::fork_lock;
+use crate::hooks::real;
+use registry::{Allocation, Key, Registry};
 use std::ffi::c_void;
+
+/// What this process has allocated and not yet freed, for the frees.
+static REGISTRY: Registry = Registry::new();
 
 /// `CUDA_SUCCESS`.
 pub(crate) const SUCCESS: u32 = 0;
@@ -43,8 +47,8 @@ impl Site {
         let mut dev: i32 = -1;
         // SAFETY: both functions write one value to the valid locals passed.
         let ok = unsafe {
-            real::ctx_get_current()?(&mut ctx) == SUCCESS
-                && real::ctx_get_device()?(&mut dev) == SUCCESS
+            real::cuCtxGetCurrent::real()?(&mut ctx) == SUCCESS
+                && real::cuCtxGetDevice::real()?(&mut dev) == SUCCESS
         };
         let device = crate::visibility::account(usize::try_from(dev).ok()?);
         (ok && !ctx.is_null()).then_some(Site {
@@ -102,9 +106,9 @@ pub(crate) fn record(
         device,
         bytes,
         context,
-        generation: container::current_generation(),
+        generation: fork_lock::generation(),
     };
-    if let Some(stale) = c.registry.insert(key, allocation) {
+    if let Some(stale) = REGISTRY.insert(key, allocation) {
         // The driver handed out the same pointer or handle again, so the old one was freed
         // where we could not see it.
         c.release(stale.device, stale.bytes, stale.generation);
@@ -128,12 +132,12 @@ pub(crate) fn forget_then(
     let Some(c) = container::get() else {
         return free();
     };
-    let known = c.registry.remove(key);
+    let known = REGISTRY.remove(key);
     let rc = free();
     if let Some(a) = known {
         if rc == SUCCESS {
             give_back(c, a);
-        } else if c.registry.insert(key, a).is_some() {
+        } else if REGISTRY.insert(key, a).is_some() {
             // Cannot happen: the key was not freed, so nobody else could have it.
             crate::tlog!(warn, "allocation {key:?} recorded twice");
         }
@@ -149,7 +153,7 @@ pub(crate) fn forget_context(context: usize) {
         return;
     }
     let Some(c) = container::get() else { return };
-    for (_, a) in c.registry.remove_where(|_, a| a.context == context) {
+    for (_, a) in REGISTRY.remove_where(|_, a| a.context == context) {
         c.release(a.device, a.bytes, a.generation);
     }
     pool::forget_context(c, context);
@@ -189,7 +193,7 @@ pub(crate) unsafe fn counted(dptr: *mut u64, bytes: u64, alloc: impl FnOnce() ->
 /// index): one driver call, which fails without a current context (an allocation's
 /// [`Site`] needs the context too, and asks for both).
 pub(super) fn current_device() -> Option<usize> {
-    let get = real::ctx_get_device()?;
+    let get = real::cuCtxGetDevice::real()?;
     let mut dev = -1;
     // SAFETY: writes one int to our local.
     (unsafe { get(&mut dev) } == SUCCESS)

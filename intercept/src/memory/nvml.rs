@@ -3,7 +3,8 @@
 //! their node index, which the caps are kept by.
 
 use super::query::limited;
-use super::{real, SUCCESS};
+use super::SUCCESS;
+use crate::hooks::real;
 use std::ffi::c_void;
 
 /// `nvmlMemory_t`.
@@ -29,7 +30,7 @@ struct MemoryV2 {
 /// The node index of an NVML device (NVML's own index, which `CUDA_VISIBLE_DEVICES` does not
 /// change): the index the caps are kept by.
 fn node_index(device: *mut c_void) -> Option<usize> {
-    let index = real::nvml_device_index()?;
+    let index = real::nvmlDeviceGetIndex::real()?;
     let mut i = 0u32;
     // SAFETY: device is the caller's NVML handle, which NVML just accepted; writes one
     // unsigned int to our local.
@@ -39,7 +40,7 @@ fn node_index(device: *mut c_void) -> Option<usize> {
 /// # Safety
 /// `real` is NVML's `nvmlDeviceGetMemoryInfo`; the arguments are the caller's, unchanged.
 pub(crate) unsafe fn memory_info(
-    real: unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+    real: real::nvmlDeviceGetMemoryInfo::Real,
     device: *mut c_void,
     memory: *mut c_void,
 ) -> u32 {
@@ -66,7 +67,7 @@ pub(crate) unsafe fn memory_info(
 /// # Safety
 /// `real` is NVML's `nvmlDeviceGetMemoryInfo_v2`; the arguments are the caller's, unchanged.
 pub(crate) unsafe fn memory_info_v2(
-    real: unsafe extern "C" fn(*mut c_void, *mut c_void) -> u32,
+    real: real::nvmlDeviceGetMemoryInfo_v2::Real,
     device: *mut c_void,
     memory: *mut c_void,
 ) -> u32 {

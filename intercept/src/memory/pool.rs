@@ -10,11 +10,12 @@
 //! event that cannot be made or recorded) is given back at once, as before.
 
 use super::registry::{Allocation, Key};
-use super::{forget_then, real, Site, SUCCESS};
+use super::{forget_then, Site, SUCCESS};
 use crate::container::{self, Container};
+use crate::fork_lock::{ForkGuard, ForkLock};
+use crate::hooks::real;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard};
 
 /// `CUDA_ERROR_NOT_READY`: what `cuEventQuery` says while work before the event is queued.
 const NOT_READY: u32 = 600;
@@ -34,13 +35,13 @@ struct Pending {
     allocation: Allocation,
 }
 
-static PENDING: Mutex<Vec<Pending>> = Mutex::new(Vec::new());
+static PENDING: ForkLock<Vec<Pending>> = ForkLock::new(Vec::new());
 /// How many frees are pending: lets the allocation path skip the lock when none is.
 static PENDING_COUNT: AtomicUsize = AtomicUsize::new(0);
 
-fn pending() -> MutexGuard<'static, Vec<Pending>> {
+fn pending() -> ForkGuard<'static, Vec<Pending>> {
     // Pushes and retains leave the list consistent even if a panic interrupts a caller.
-    PENDING.lock().unwrap_or_else(|e| e.into_inner())
+    PENDING.lock()
 }
 
 /// Gives back the frees that have run. Cheap when none is pending.
@@ -54,9 +55,11 @@ pub(crate) fn settle() {
 
 #[cold]
 fn settle_pending() {
-    let (Some(c), Some(query), Some(destroy)) =
-        (container::get(), real::event_query(), real::event_destroy())
-    else {
+    let (Some(c), Some(query), Some(destroy)) = (
+        container::get(),
+        real::cuEventQuery::real(),
+        real::cuEventDestroy_v2::real(),
+    ) else {
         return;
     };
     let mut done = Vec::new();
@@ -115,7 +118,7 @@ pub(crate) fn forget_context(c: &Container, context: usize) {
 /// Whether `stream` is being captured into a graph (or cannot be asked): a free there runs
 /// when the graph does, which an event recorded now does not follow.
 fn capturing(stream: *mut c_void) -> bool {
-    let Some(is_capturing) = real::stream_is_capturing() else {
+    let Some(is_capturing) = real::cuStreamIsCapturing::real() else {
         return true;
     };
     let mut status = CAPTURE_NONE;
@@ -149,9 +152,9 @@ fn record_behind(stream: *mut c_void) -> Option<(usize, usize)> {
     }
     let site = Site::current()?;
     let (create, record, destroy) = (
-        real::event_create()?,
-        real::event_record()?,
-        real::event_destroy()?,
+        real::cuEventCreate::real()?,
+        real::cuEventRecord::real()?,
+        real::cuEventDestroy_v2::real()?,
     );
     let mut event: *mut c_void = std::ptr::null_mut();
     // SAFETY: event is a valid out-pointer; the current context owns the new event.
@@ -172,7 +175,7 @@ fn record_behind(stream: *mut c_void) -> Option<(usize, usize)> {
 /// `real` is the driver's `cuMemAllocAsync` (or its `_ptsz` twin); the arguments are the
 /// caller's, unchanged.
 pub(crate) unsafe fn mem_alloc_async(
-    real: unsafe extern "C" fn(*mut u64, usize, *mut c_void) -> u32,
+    real: real::cuMemAllocAsync::Real,
     dptr: *mut u64,
     bytes: usize,
     stream: *mut c_void,
@@ -185,7 +188,7 @@ pub(crate) unsafe fn mem_alloc_async(
 /// `real` is the driver's `cuMemAllocFromPoolAsync` (or its `_ptsz` twin); the arguments
 /// are the caller's, unchanged.
 pub(crate) unsafe fn mem_alloc_from_pool_async(
-    real: unsafe extern "C" fn(*mut u64, usize, *mut c_void, *mut c_void) -> u32,
+    real: real::cuMemAllocFromPoolAsync::Real,
     dptr: *mut u64,
     bytes: usize,
     pool: *mut c_void,
@@ -199,7 +202,7 @@ pub(crate) unsafe fn mem_alloc_from_pool_async(
 /// `real` is the driver's `cuMemFreeAsync` (or its `_ptsz` twin); the arguments are the
 /// caller's, unchanged.
 pub(crate) unsafe fn mem_free_async(
-    real: unsafe extern "C" fn(u64, *mut c_void) -> u32,
+    real: real::cuMemFreeAsync::Real,
     dptr: u64,
     stream: *mut c_void,
 ) -> u32 {
@@ -211,7 +214,7 @@ pub(crate) unsafe fn mem_free_async(
     }
     // The `_ptsz` twin's null stream is this thread's default stream: named explicitly so
     // that the legacy event calls reach the same stream.
-    let per_thread = real::mem_free_async_ptsz().is_some_and(|f| f as usize == real as usize);
+    let per_thread = real::cuMemFreeAsync_ptsz::real().is_some_and(|f| f as usize == real as usize);
     let ordered = if per_thread && stream.is_null() {
         STREAM_PER_THREAD as *mut c_void
     } else {

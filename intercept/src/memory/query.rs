@@ -4,6 +4,7 @@
 
 use super::{current_device, SUCCESS};
 use crate::container;
+use crate::hooks::real;
 
 /// The container's view of a device: its total and free memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -37,7 +38,7 @@ pub(crate) fn limited(device: usize, real_total: u64, real_free: u64) -> Option<
 /// # Safety
 /// `real` is the driver's `cuMemGetInfo_v2`; the arguments are the caller's, unchanged.
 pub(crate) unsafe fn mem_get_info(
-    real: unsafe extern "C" fn(*mut usize, *mut usize) -> u32,
+    real: real::cuMemGetInfo_v2::Real,
     free: *mut usize,
     total: *mut usize,
 ) -> u32 {
@@ -64,7 +65,7 @@ pub(crate) unsafe fn mem_get_info(
 /// # Safety
 /// `real` is the driver's `cuDeviceTotalMem_v2`; the arguments are the caller's, unchanged.
 pub(crate) unsafe fn device_total_mem(
-    real: unsafe extern "C" fn(*mut usize, i32) -> u32,
+    real: real::cuDeviceTotalMem_v2::Real,
     bytes: *mut usize,
     dev: i32,
 ) -> u32 {

@@ -5,9 +5,9 @@
 //! Sharded by key so that threads allocating at once rarely meet on a lock; a lock is held
 //! only for one map operation.
 
+use crate::fork_lock::{ForkGuard, ForkLock};
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::{Mutex, MutexGuard};
 
 /// What an allocation is known by. Handles of different kinds may share values, so the
 /// kind is part of the key.
@@ -39,7 +39,7 @@ pub(crate) struct Allocation {
     pub bytes: u64,
     /// The context it belongs to (freed with it); 0 for none (VMM allocations).
     pub context: usize,
-    /// The fork generation it was counted under (see `container::current_generation`).
+    /// The fork generation it was counted under (see `fork_lock::generation`).
     pub generation: u32,
 }
 
@@ -78,21 +78,22 @@ type Shard = HashMap<Key, Allocation, BuildHasherDefault<KeyHasher>>;
 
 /// The allocation registry.
 pub(crate) struct Registry {
-    shards: [Mutex<Shard>; SHARDS],
+    shards: [ForkLock<Shard>; SHARDS],
 }
 
 impl Registry {
-    pub(crate) fn new() -> Registry {
+    pub(crate) const fn new() -> Registry {
         Registry {
-            shards: std::array::from_fn(|_| Mutex::new(Shard::default())),
+            shards: [const { ForkLock::new(Shard::with_hasher(BuildHasherDefault::new())) };
+                SHARDS],
         }
     }
 
-    fn shard(&self, key: Key) -> MutexGuard<'_, Shard> {
+    fn shard(&self, key: Key) -> ForkGuard<'_, Shard> {
         // The top bits of a Fibonacci hash are its best mixed; addresses differ in the middle.
         let i = (key.bits().wrapping_mul(FIBONACCI) >> 60) as usize % SHARDS;
         // A panic while a shard is locked leaves it consistent (single map operations).
-        self.shards[i].lock().unwrap_or_else(|e| e.into_inner())
+        self.shards[i].lock()
     }
 
     /// Records a new allocation. Returns the record it replaces: one the driver freed
@@ -114,7 +115,7 @@ impl Registry {
     ) -> Vec<(Key, Allocation)> {
         let mut gone = Vec::new();
         for shard in &self.shards {
-            let mut shard = shard.lock().unwrap_or_else(|e| e.into_inner());
+            let mut shard = shard.lock();
             shard.retain(|k, a| {
                 if doomed(k, a) {
                     gone.push((*k, *a));
@@ -130,10 +131,7 @@ impl Registry {
     /// How many records there are (for tests).
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
-        self.shards
-            .iter()
-            .map(|s| s.lock().unwrap_or_else(|e| e.into_inner()).len())
-            .sum()
+        self.shards.iter().map(|s| s.lock().len()).sum()
     }
 }
 

@@ -13,9 +13,10 @@
 use super::registry::Allocation;
 use super::{admit, Admit, OUT_OF_MEMORY, SUCCESS};
 use crate::container::{self, Container};
+use crate::fork_lock::{self, ForkGuard, ForkLock};
+use crate::hooks::real;
 use std::collections::BTreeMap;
 use std::ffi::c_void;
-use std::sync::{Mutex, MutexGuard};
 
 /// `CU_MEM_LOCATION_TYPE_DEVICE`.
 const LOCATION_DEVICE: u32 = 1;
@@ -164,11 +165,11 @@ impl Book {
     }
 }
 
-static BOOK: Mutex<Book> = Mutex::new(Book::new());
+static BOOK: ForkLock<Book> = ForkLock::new(Book::new());
 
-fn book() -> MutexGuard<'static, Book> {
+fn book() -> ForkGuard<'static, Book> {
     // The book is consistent after every method, so a panic elsewhere cannot leave it torn.
-    BOOK.lock().unwrap_or_else(|e| e.into_inner())
+    BOOK.lock()
 }
 
 fn give_back(c: &Container, freed: impl IntoIterator<Item = Allocation>) {
@@ -180,7 +181,7 @@ fn give_back(c: &Container, freed: impl IntoIterator<Item = Allocation>) {
 /// # Safety
 /// `real` is the driver's `cuMemCreate`; the arguments are the caller's, unchanged.
 pub(crate) unsafe fn mem_create(
-    real: unsafe extern "C" fn(*mut u64, usize, *const c_void, u64) -> u32,
+    real: real::cuMemCreate::Real,
     handle: *mut u64,
     size: usize,
     prop: *const c_void,
@@ -207,7 +208,7 @@ pub(crate) unsafe fn mem_create(
             bytes: reservation.keep(),
             // Not tied to a context: physical allocations outlive the context that made them.
             context: 0,
-            generation: container::current_generation(),
+            generation: fork_lock::generation(),
         };
         // The lock is taken after the driver call: a release of the same value that freed
         // it in the driver finishes its bookkeeping first (it holds the lock throughout).
@@ -233,7 +234,7 @@ fn mirrored(call: impl FnOnce() -> u32, then: impl FnOnce(&mut Book) -> Vec<Allo
 
 /// # Safety
 /// `real` is the driver's `cuMemRelease`; the arguments are the caller's, unchanged.
-pub(crate) unsafe fn mem_release(real: unsafe extern "C" fn(u64) -> u32, handle: u64) -> u32 {
+pub(crate) unsafe fn mem_release(real: real::cuMemRelease::Real, handle: u64) -> u32 {
     mirrored(
         // SAFETY: the caller's argument, passed on.
         || unsafe { real(handle) },
@@ -245,7 +246,7 @@ pub(crate) unsafe fn mem_release(real: unsafe extern "C" fn(u64) -> u32, handle:
 /// `real` is the driver's `cuMemRetainAllocationHandle`; the arguments are the caller's,
 /// unchanged.
 pub(crate) unsafe fn mem_retain_allocation_handle(
-    real: unsafe extern "C" fn(*mut u64, *mut c_void) -> u32,
+    real: real::cuMemRetainAllocationHandle::Real,
     handle: *mut u64,
     addr: *mut c_void,
 ) -> u32 {
@@ -263,7 +264,7 @@ pub(crate) unsafe fn mem_retain_allocation_handle(
 /// # Safety
 /// `real` is the driver's `cuMemMap`; the arguments are the caller's, unchanged.
 pub(crate) unsafe fn mem_map(
-    real: unsafe extern "C" fn(u64, usize, usize, u64, u64) -> u32,
+    real: real::cuMemMap::Real,
     ptr: u64,
     size: usize,
     offset: usize,
@@ -279,11 +280,7 @@ pub(crate) unsafe fn mem_map(
 
 /// # Safety
 /// `real` is the driver's `cuMemUnmap`; the arguments are the caller's, unchanged.
-pub(crate) unsafe fn mem_unmap(
-    real: unsafe extern "C" fn(u64, usize) -> u32,
-    ptr: u64,
-    size: usize,
-) -> u32 {
+pub(crate) unsafe fn mem_unmap(real: real::cuMemUnmap::Real, ptr: u64, size: usize) -> u32 {
     mirrored(
         // SAFETY: the caller's arguments, passed on.
         || unsafe { real(ptr, size) },
@@ -294,7 +291,7 @@ pub(crate) unsafe fn mem_unmap(
 /// # Safety
 /// `real` is the driver's `cuMemAddressFree`; the arguments are the caller's, unchanged.
 pub(crate) unsafe fn mem_address_free(
-    real: unsafe extern "C" fn(u64, usize) -> u32,
+    real: real::cuMemAddressFree::Real,
     ptr: u64,
     size: usize,
 ) -> u32 {

@@ -44,7 +44,7 @@ fn read<T: DeserializeOwned>(verb: &str, body: &[u8]) -> Result<T, String> {
 }
 
 fn bad_request(message: String) -> Response {
-    crate::log::warn(&message);
+    tracing::warn!("{message}");
     (StatusCode::BAD_REQUEST, message).into_response()
 }
 
@@ -52,7 +52,7 @@ async fn filter(State(extender): State<Arc<Extender>>, body: Bytes) -> Json<Exte
     match read::<ExtenderArgs>("filter", &body) {
         Ok(args) => Json(extender.filter(&args)),
         Err(error) => {
-            crate::log::warn(&error);
+            tracing::warn!("{error}");
             Json(ExtenderFilterResult {
                 error,
                 ..Default::default()
@@ -72,7 +72,7 @@ async fn bind(State(extender): State<Arc<Extender>>, body: Bytes) -> Json<Extend
     match read::<ExtenderBindingArgs>("bind", &body) {
         Ok(args) => Json(extender.bind(&args).await),
         Err(error) => {
-            crate::log::warn(&error);
+            tracing::warn!("{error}");
             Json(ExtenderBindingResult { error })
         }
     }

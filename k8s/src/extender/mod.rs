@@ -36,7 +36,7 @@ pub async fn run(
     })?;
     let extender = Arc::new(Extender::new(config, Some(kube.clone())));
     tokio::spawn(watch::follow(extender.clone(), kube));
-    crate::log::info(&format!("extender listening on {listen}"));
+    tracing::info!("extender listening on {listen}");
     http::serve(listener, extender)
         .await
         .map_err(|e| format!("the extender's HTTP server failed: {e}"))

@@ -173,7 +173,7 @@ impl Extender {
         match self.try_bind(args).await {
             Ok(()) => ExtenderBindingResult::default(),
             Err(error) => {
-                crate::log::warn(&error);
+                tracing::warn!("{error}");
                 ExtenderBindingResult { error }
             }
         }
@@ -227,7 +227,7 @@ impl Extender {
             self.lock().forget(&uid);
             return Err(format!("cannot bind {who} to {}: {e}", args.node));
         }
-        crate::log::info(&format!(
+        tracing::info!(
             "bound {who} to {} on {}",
             args.node,
             if cards.is_empty() {
@@ -235,7 +235,7 @@ impl Extender {
             } else {
                 cards.join(",")
             }
-        ));
+        );
         Ok(())
     }
 

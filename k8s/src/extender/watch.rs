@@ -112,7 +112,7 @@ async fn follow_gpus(progress: Arc<Progress>, api: Api<GPU>) {
         })
         .await;
         if let Err(e) = watched {
-            crate::log::debug(&format!("the GPU watch ended ({e}); listing again"));
+            tracing::debug!("the GPU watch ended ({e}); listing again");
         }
         tokio::time::sleep(RETRY / 10).await;
     }
@@ -137,10 +137,10 @@ async fn follow_pods(progress: Arc<Progress>, api: Api<Pod>) {
                 }
             }
             if first && rebuilt > 0 {
-                crate::log::info(&format!(
+                tracing::info!(
                     "{rebuilt} pods have a card recorded but are not bound yet; their cards count for {:?}",
                     extender.config.assume_ttl()
-                ));
+                );
             }
         }
         first = false;
@@ -168,7 +168,7 @@ async fn follow_pods(progress: Arc<Progress>, api: Api<Pod>) {
         })
         .await;
         if let Err(e) = watched {
-            crate::log::debug(&format!("the pod watch ended ({e}); listing again"));
+            tracing::debug!("the pod watch ended ({e}); listing again");
         }
         tokio::time::sleep(RETRY / 10).await;
     }
@@ -187,7 +187,7 @@ where
                 return (list.items, version);
             }
             Err(e) => {
-                crate::log::warn(&format!("cannot list {what}: {e}"));
+                tracing::warn!("cannot list {what}: {e}");
                 tokio::time::sleep(RETRY).await;
             }
         }

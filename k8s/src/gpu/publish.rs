@@ -26,12 +26,12 @@ pub async fn run(node: Arc<Node>) {
         if !specs_done {
             match publish_specs(&node, &api).await {
                 Ok(()) => specs_done = true,
-                Err(e) => crate::log::warn(&format!("cannot publish the GPU objects: {e}")),
+                Err(e) => tracing::warn!("cannot publish the GPU objects: {e}"),
             }
         }
         if specs_done {
             if let Err(e) = publish_statuses(&node, &api, &mut last).await {
-                crate::log::warn(&format!("cannot update the GPU objects' status: {e}"));
+                tracing::warn!("cannot update the GPU objects' status: {e}");
                 specs_done = false;
                 last.clear();
             }
@@ -74,7 +74,7 @@ async fn publish_specs(node: &Node, api: &Api<GPU>) -> Result<(), kube::Error> {
         if ours && node.cards.by_uuid(&gpu.spec.uuid).is_none() {
             let name = gpu.metadata.name.clone().unwrap_or_default();
             api.delete(&name, &DeleteParams::default()).await?;
-            crate::log::info(&format!("deleted GPU object {name}: the card is gone"));
+            tracing::info!("deleted GPU object {name}: the card is gone");
         }
     }
     Ok(())

@@ -3,8 +3,9 @@
 //! the two never conflict.
 //!
 //! A share of a card (a core request below 100) gets:
-//! - `TESSERA_REGION` naming its region, and the region mounted there. The region's file is
-//!   named from the core IDs ([`container_name`]) and made by controld at PreStart.
+//! - `TESSERA_REGION` naming its region, and the region mounted there, with its limits file
+//!   beside it read-only. The region's file is named from the core IDs ([`container_name`])
+//!   and made by controld at PreStart.
 //! - the node's priority board beside it, through a link the plugin makes at PreStart:
 //!   writable for online containers; offline ones get an empty file in its place, so their
 //!   library leaves the board alone and controld stops them for online work.
@@ -26,8 +27,6 @@ pub const CONTAINER_DIR: &str = "/run/tessera";
 pub const CONTAINER_LIBRARY: &str = "/usr/local/lib/tessera/libtessera.so";
 /// The dynamic loader's list of libraries to preload, inside the container.
 pub const CONTAINER_PRELOAD: &str = "/etc/ld.so.preload";
-/// The preload library's region variable (its environment contract).
-pub const ENV_REGION: &str = "TESSERA_REGION";
 /// The variable the NVIDIA container runtime reads: which cards the container sees.
 pub const ENV_VISIBLE_DEVICES: &str = "NVIDIA_VISIBLE_DEVICES";
 /// The device nodes every GPU container needs, besides one per card.
@@ -152,9 +151,10 @@ pub fn edits(
     }
     let name = container_name(ids);
     let region_in_container = format!("{CONTAINER_DIR}/{name}.region");
-    response
-        .envs
-        .insert(ENV_REGION.into(), region_in_container.clone());
+    response.envs.insert(
+        tessera_region::env::REGION.into(),
+        region_in_container.clone(),
+    );
     let mount = |host: &Path, container: &str, read_only| Mount {
         container_path: container.to_string(),
         host_path: host.display().to_string(),
@@ -167,6 +167,15 @@ pub fn edits(
             &config.state_dir.join(format!("{name}.region")),
             &region_in_container,
             false,
+        ),
+        // Read-only: the caps the container's processes cannot raise (made by controld at
+        // PreStart with the region).
+        mount(
+            &tessera_region::limits_path(&config.state_dir.join(format!("{name}.region"))),
+            &tessera_region::limits_path(Path::new(&region_in_container))
+                .display()
+                .to_string(),
+            true,
         ),
         mount(
             &board_link(config, &name),
@@ -246,7 +255,7 @@ mod tests {
         let name = container_name(&core);
         assert_eq!(answer.envs[ENV_VISIBLE_DEVICES], "GPU-1");
         assert_eq!(
-            answer.envs[ENV_REGION],
+            answer.envs[tessera_region::env::REGION],
             format!("/run/tessera/{name}.region")
         );
         let paths: Vec<(&str, &str, bool)> = answer
@@ -283,7 +292,7 @@ mod tests {
         core.extend(ids("GPU-1", Resource::Core, 0..100));
         let answer = answer(&config(true), &cards(), Resource::Core, &core).unwrap();
         assert_eq!(answer.envs[ENV_VISIBLE_DEVICES], "GPU-0,GPU-1");
-        assert!(!answer.envs.contains_key(ENV_REGION));
+        assert!(!answer.envs.contains_key(tessera_region::env::REGION));
         assert!(answer.mounts.is_empty() && answer.cdi_devices.is_empty());
     }
 

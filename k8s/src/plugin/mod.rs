@@ -104,7 +104,7 @@ pub async fn run(config: Config, kube: kube::Client) -> Result<(), String> {
         return Err("NVML lists no GPU on this node; nothing to offer".into());
     }
     for card in &cards.list {
-        crate::log::info(&format!(
+        tracing::info!(
             "GPU {}: {} {} ({} GiB): {} core IDs, {} memory IDs",
             card.index,
             card.uuid,
@@ -112,7 +112,7 @@ pub async fn run(config: Config, kube: kube::Client) -> Result<(), String> {
             card.memory >> 30,
             card.units(crate::ids::Resource::Core),
             card.units(crate::ids::Resource::Memory)
-        ));
+        );
     }
     allocate::prepare_files(&config).map_err(|e| {
         format!(

@@ -23,7 +23,7 @@ pub async fn pre_start(node: &Node, resource: Resource, ids: Vec<String>) -> Res
         .await
         .map_err(|e| {
             let message = format!("cannot start the container of {}: {e}", ids_summary(&ids));
-            crate::log::error(&message);
+            tracing::error!("{message}");
             Status::unavailable(message)
         })?;
     let holding = holdings
@@ -34,7 +34,7 @@ pub async fn pre_start(node: &Node, resource: Resource, ids: Vec<String>) -> Res
                 "no container holds {} in the kubelet's pod-resources answer; the kubelet may be restarting, try again",
                 ids_summary(&ids)
             );
-            crate::log::error(&message);
+            tracing::error!("{message}");
             Status::failed_precondition(message)
         })?;
     if resource == Resource::Memory {
@@ -58,7 +58,7 @@ pub async fn pre_start(node: &Node, resource: Resource, ids: Vec<String>) -> Res
         .await
         .map_err(|e| {
             let message = format!("cannot read pod {}/{}: {e}", holding.namespace, holding.pod);
-            crate::log::error(&message);
+            tracing::error!("{message}");
             Status::unavailable(message)
         })?;
     let empty = Default::default();
@@ -97,11 +97,11 @@ async fn prepare(node: &Node, holding: &Holding, ask: &PodAsk) -> Result<(), Str
             since: Instant::now(),
         });
         node.changed.notify_one();
-        crate::log::info(&format!(
+        tracing::info!(
             "container {} has whole GPUs {}",
             who(holding),
             uuids_summary(&cards.iter().map(|c| c.uuid.as_str()).collect::<Vec<_>>())
-        ));
+        );
         return Ok(());
     }
     let [card] = cards.as_slice() else {
@@ -180,14 +180,14 @@ async fn prepare(node: &Node, holding: &Holding, ask: &PodAsk) -> Result<(), Str
         return Err(format!("container {} refused: {e}", who(holding)));
     }
     node.changed.notify_one();
-    crate::log::info(&format!(
+    tracing::info!(
         "container {} is {name} on GPU {}: memory {}, compute {}, {}",
         who(holding),
         card.index,
         format_size(cap),
         holder.compute,
         holder.priority
-    ));
+    );
     Ok(())
 }
 
@@ -310,7 +310,7 @@ fn uuids_summary(uuids: &[&str]) -> String {
 
 /// A refusal before the pod is known: the plugin's log.
 fn refuse(message: String) -> Status {
-    crate::log::error(&message);
+    tracing::error!("{message}");
     Status::invalid_argument(message)
 }
 
@@ -328,7 +328,7 @@ async fn refuse_event(
     pod: &k8s_openapi::api::core::v1::Pod,
     message: String,
 ) -> Status {
-    crate::log::error(&message);
+    tracing::error!("{message}");
     crate::pods::warn(
         &node.kube,
         &node.config.node_name,

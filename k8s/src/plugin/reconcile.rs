@@ -32,9 +32,7 @@ static DOWN: AtomicBool = AtomicBool::new(false);
 pub async fn rebuild(node: &Node) {
     once(node).await;
     let count = node.holders.lock().expect("holders lock").all().count();
-    crate::log::info(&format!(
-        "found {count} running containers holding our devices"
-    ));
+    tracing::info!("found {count} running containers holding our devices");
 }
 
 /// One pass.
@@ -44,13 +42,13 @@ pub async fn once(node: &Node) {
         Ok(h) => {
             // Relaxed: a flag that only quiets the log.
             if DOWN.swap(false, Ordering::Relaxed) {
-                crate::log::info("the kubelet's pod-resources API answers again");
+                tracing::info!("the kubelet's pod-resources API answers again");
             }
             h
         }
         Err(e) => {
             if !DOWN.swap(true, Ordering::Relaxed) {
-                crate::log::warn(&format!("{e}; removing nothing until it answers"));
+                tracing::warn!("{e}; removing nothing until it answers");
             }
             return;
         }
@@ -61,7 +59,7 @@ pub async fn once(node: &Node) {
         .map(|h| (container_name(&h.core), h))
         .collect();
     let Ok(containers) = node.controld.list().await.inspect_err(|e| {
-        crate::log::warn(&format!("{e}; reconciling again later"));
+        tracing::warn!("{e}; reconciling again later");
     }) else {
         return;
     };
@@ -82,7 +80,7 @@ pub async fn once(node: &Node) {
                     .iter()
                     .any(|c| c.spec.name.as_str() == holder.name)
                 {
-                    crate::log::warn(&format!("cannot remove container {}: {e}", holder.name));
+                    tracing::warn!("cannot remove container {}: {e}", holder.name);
                     continue;
                 }
             }
@@ -92,10 +90,12 @@ pub async fn once(node: &Node) {
             .lock()
             .expect("holders lock")
             .remove(&holder.name);
-        crate::log::info(&format!(
+        tracing::info!(
             "pod {}/{} no longer holds {}: removed",
-            holder.namespace, holder.pod, holder.name
-        ));
+            holder.namespace,
+            holder.pod,
+            holder.name
+        );
         changed = true;
     }
     // controld's containers of ours: adopt the live ones, remove the orphans.
@@ -132,19 +132,19 @@ pub async fn once(node: &Node) {
                     whole: false,
                     since: Instant::now(),
                 };
-                crate::log::info(&format!(
+                tracing::info!(
                     "adopted {name} of {}/{}/{}",
-                    holder.namespace, holder.pod, holder.container
-                ));
+                    holder.namespace,
+                    holder.pod,
+                    holder.container
+                );
                 node.holders.lock().expect("holders lock").insert(holder);
                 changed = true;
             }
             (None, None) => {
                 match node.controld.remove(name).await {
-                    Ok(()) => crate::log::info(&format!(
-                        "removed {name}: no pod holds its devices any more"
-                    )),
-                    Err(e) => crate::log::warn(&format!("cannot remove orphan {name}: {e}")),
+                    Ok(()) => tracing::info!("removed {name}: no pod holds its devices any more"),
+                    Err(e) => tracing::warn!("cannot remove orphan {name}: {e}"),
                 }
                 unlink_board(node, name);
                 changed = true;

@@ -42,10 +42,7 @@ pub async fn run(node: Arc<Node>) {
         let servers = match serve(&node) {
             Ok(servers) => servers,
             Err(e) => {
-                crate::log::error(&format!(
-                    "cannot serve in {}: {e}; trying again",
-                    dir.display()
-                ));
+                tracing::error!("cannot serve in {}: {e}; trying again", dir.display());
                 tokio::time::sleep(RETRY).await;
                 continue;
             }
@@ -63,15 +60,15 @@ pub async fn run(node: Arc<Node>) {
                 .map(|r| identity(&dir.join(r.socket())))
                 .collect();
             if mine_now != ours {
-                crate::log::info(
-                    "our sockets are gone (the kubelet restarted); serving and registering again",
+                tracing::info!(
+                    "our sockets are gone (the kubelet restarted); serving and registering again"
                 );
                 break;
             }
             let kubelet_now = identity(&kubelet);
             if kubelet_now.is_some() && kubelet_now != registered {
-                crate::log::info(
-                    "kubelet.sock was recreated (the kubelet restarted); registering again",
+                tracing::info!(
+                    "kubelet.sock was recreated (the kubelet restarted); registering again"
                 );
                 break;
             }
@@ -95,7 +92,7 @@ fn serve(node: &Arc<Node>) -> std::io::Result<Vec<JoinHandle<()>>> {
                 .serve_with_incoming(incoming)
                 .await;
             if let Err(e) = served {
-                crate::log::error(&format!("serving {} stopped: {e}", resource.name()));
+                tracing::error!("serving {} stopped: {e}", resource.name());
             }
         }));
     }
@@ -111,21 +108,21 @@ async fn register_all(kubelet: &Path) -> Option<Identity> {
             let mut all = true;
             for resource in Resource::ALL {
                 if let Err(e) = register(kubelet, resource).await {
-                    crate::log::warn(&format!(
+                    tracing::warn!(
                         "cannot register {} with the kubelet at {}: {e}; trying again",
                         resource.name(),
                         kubelet.display()
-                    ));
+                    );
                     all = false;
                     break;
                 }
             }
             if all {
-                crate::log::info(&format!(
+                tracing::info!(
                     "registered {} and {} with the kubelet",
                     Resource::Core.name(),
                     Resource::Memory.name()
-                ));
+                );
                 return before;
             }
         }

@@ -30,10 +30,10 @@ pub async fn run(node: Arc<Node>) {
         let list = match pods.list(&ListParams::default().fields(&selector)).await {
             Ok(list) => list,
             Err(e) => {
-                crate::log::warn(&format!(
+                tracing::warn!(
                     "cannot list the pods of node {}: {e}",
                     node.config.node_name
-                ));
+                );
                 tokio::time::sleep(RETRY).await;
                 continue;
             }
@@ -48,10 +48,10 @@ pub async fn run(node: Arc<Node>) {
         {
             Ok(stream) => stream,
             Err(e) => {
-                crate::log::warn(&format!(
+                tracing::warn!(
                     "cannot watch the pods of node {}: {e}",
                     node.config.node_name
-                ));
+                );
                 tokio::time::sleep(RETRY).await;
                 continue;
             }
@@ -64,12 +64,12 @@ pub async fn run(node: Arc<Node>) {
                 }
                 Ok(Some(WatchEvent::Deleted(_) | WatchEvent::Bookmark(_))) => {}
                 Ok(Some(WatchEvent::Error(e))) => {
-                    crate::log::debug(&format!("pod watch ended: {e}"));
+                    tracing::debug!("pod watch ended: {e}");
                     break;
                 }
                 Ok(None) => break,
                 Err(e) => {
-                    crate::log::debug(&format!("pod watch failed: {e}"));
+                    tracing::debug!("pod watch failed: {e}");
                     break;
                 }
             }
@@ -103,7 +103,7 @@ async fn follow(node: &Node, pod: &Pod, reported: &mut HashMap<String, String>) 
         Err(e) => {
             let message = format!("pod {key}: {e}; its limits stay as they are");
             if reported.get(&key) != Some(&message) {
-                crate::log::error(&message);
+                tracing::error!("{message}");
                 crate::pods::warn(
                     &node.kube,
                     &node.config.node_name,
@@ -120,7 +120,7 @@ async fn follow(node: &Node, pod: &Pod, reported: &mut HashMap<String, String>) 
     for holder in holders {
         if let Err(message) = resize(node, &holder, &ask).await {
             if reported.get(&key) != Some(&message) {
-                crate::log::error(&message);
+                tracing::error!("{message}");
                 crate::pods::warn(
                     &node.kube,
                     &node.config.node_name,
@@ -171,12 +171,12 @@ async fn resize(node: &Node, holder: &Holder, ask: &PodAsk) -> Result<(), String
         h.compute = compute.to_string();
     }
     node.changed.notify_one();
-    crate::log::info(&format!(
+    tracing::info!(
         "resized {} of pod {}/{}: memory {}, compute {compute}",
         holder.name,
         holder.namespace,
         holder.pod,
         tessera_region::units::format_size(cap)
-    ));
+    );
     Ok(())
 }

@@ -149,7 +149,7 @@ impl DevicePlugin for PluginService {
             )
             .map_err(|e| {
                 let message = format!("cannot allocate {}: {e}", self.resource.name());
-                crate::log::error(&message);
+                tracing::error!("{message}");
                 Status::invalid_argument(message)
             })?;
             responses.push(answer);

@@ -38,7 +38,7 @@ impl SimExtender {
                 Ok(listener) => {
                     let _ = http::serve(listener, served).await;
                 }
-                Err(e) => crate::log::error(&format!("simulated extender cannot listen: {e}")),
+                Err(e) => tracing::error!("simulated extender cannot listen: {e}"),
             }
         });
         runtime.spawn(watch::follow(extender.clone(), kube));

@@ -8,7 +8,7 @@ use crate::init;
 use crate::stream::Stream;
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// `CUctx_flags` bits a context may carry (scheduling, host mapping, and the rest).
 const CTX_FLAGS_MASK: u32 = 0xff;
@@ -49,6 +49,69 @@ pub(crate) struct Context {
     /// The context's legacy default stream, made on first use.
     legacy: Mutex<Option<Arc<Stream>>>,
 }
+
+/// The parts of the driver that keep something per context, in the order a context being
+/// deactivated gives it back. Each part registers its step with [`teardown_step!`] when the
+/// library is loaded; the context calls the steps and knows nothing else of the parts.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Teardown {
+    /// The runtime's values stored for the context, whose destructors the runtime expects
+    /// while the context is still usable (they may call back into the driver).
+    RuntimeState,
+    /// The context's created streams.
+    Streams,
+    /// Its modules, with their variables.
+    Modules,
+    /// Its events.
+    Events,
+    /// Its queues on the device's executor (after it was synchronized).
+    Queues,
+    /// Its memory, all kinds: after the modules, which free their own variables.
+    Memory,
+}
+
+const TEARDOWN_STEPS: usize = Teardown::Memory as usize + 1;
+
+/// A part's teardown step: gives back what the part keeps for the context.
+pub(crate) type TeardownStep = fn(&Arc<Context>);
+
+/// The steps, by [`Teardown`] value; set once each, when the library is loaded.
+static STEPS: [OnceLock<TeardownStep>; TEARDOWN_STEPS] =
+    [const { OnceLock::new() }; TEARDOWN_STEPS];
+
+/// Makes `run` the step `step` of every context's teardown.
+pub(crate) fn register_teardown(step: Teardown, run: TeardownStep) {
+    if STEPS[step as usize].set(run).is_err() {
+        debug_assert!(false, "two parts registered the teardown step {step:?}");
+    }
+}
+
+fn tear_down(step: Teardown, ctx: &Arc<Context>) {
+    if let Some(run) = STEPS[step as usize].get() {
+        run(ctx);
+    }
+}
+
+/// Registers a part's teardown step: `teardown_step!(Streams, forget_context)` makes
+/// `forget_context` (taking `&Context` or `&Arc<Context>`) step [`Teardown::Streams`], when
+/// the loader loads the library, before any call into it can make a context.
+macro_rules! teardown_step {
+    ($step:ident, $run:path) => {
+        const _: () = {
+            extern "C" fn register() {
+                $crate::context::register_teardown($crate::context::Teardown::$step, |ctx| {
+                    $run(ctx)
+                });
+            }
+            // The loader calls the functions listed in `.init_array` when it loads the
+            // library (and the test harness's binary, for unit tests).
+            #[used]
+            #[link_section = ".init_array"]
+            static REGISTER: extern "C" fn() = register;
+        };
+    };
+}
+pub(crate) use teardown_step;
 
 static CONTEXTS: Registry<Context> = Registry::new();
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
@@ -156,7 +219,7 @@ impl Context {
     fn deactivate(self: &Arc<Self>) {
         let _ = exec::synchronize_context(self);
         // While the context is still usable: the runtime frees its state for it.
-        crate::export_table::forget_context(self);
+        tear_down(Teardown::RuntimeState, self);
         if self.destroyed.swap(true, Relaxed) {
             return;
         }
@@ -164,11 +227,15 @@ impl Context {
             CONTEXTS.remove(self.handle());
             STACK.with(|s| s.borrow_mut().retain(|c| !Arc::ptr_eq(c, self)));
         }
-        crate::stream::forget_context(self);
-        crate::module::forget_context(self);
-        crate::event::forget_context(self);
-        exec::forget_context(self);
-        crate::memory::forget_context(self);
+        for step in [
+            Teardown::Streams,
+            Teardown::Modules,
+            Teardown::Events,
+            Teardown::Queues,
+            Teardown::Memory,
+        ] {
+            tear_down(step, self);
+        }
         self.legacy.lock().unwrap_or_else(|e| e.into_inner()).take();
         if let Ok(process) = init::process() {
             process.release_memory(self.device, process.node().config().context_memory);
@@ -559,4 +626,16 @@ fn pop(pctx: *mut CUcontext) -> DriverResult {
     }
     // SAFETY: non-null; the caller provides a CUcontext to write.
     unsafe { write_out(pctx, ctx.handle()) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_part_registered_its_teardown_step() {
+        for (i, step) in STEPS.iter().enumerate() {
+            assert!(step.get().is_some(), "teardown step {i} has no part");
+        }
+    }
 }

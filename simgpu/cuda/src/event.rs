@@ -90,9 +90,10 @@ pub(crate) fn lookup(handle: CUevent) -> Result<Arc<Event>, CUresult> {
 }
 
 /// Retires the events of a destroyed context.
-pub(crate) fn forget_context(ctx: &Context) {
+fn forget_context(ctx: &Context) {
     EVENTS.remove_where(|e| e.ctx.id == ctx.id);
 }
+context::teardown_step!(Events, forget_context);
 
 /// Records `event` at the current end of `stream`.
 fn record(event: CUevent, stream: CUstream, flags: u32, per_thread: bool) -> DriverResult {

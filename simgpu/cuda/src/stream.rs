@@ -192,9 +192,10 @@ pub(crate) fn stream_device(stream: CUstream, per_thread: bool) -> Result<usize,
 }
 
 /// Retires the created streams of a destroyed context.
-pub(crate) fn forget_context(ctx: &Context) {
+fn forget_context(ctx: &Context) {
     STREAMS.remove_where(|s| s.ctx.id == ctx.id);
 }
+context::teardown_step!(Streams, forget_context);
 
 fn create(out: *mut CUstream, flags: u32, priority: i32) -> DriverResult {
     let ctx = context::current()?;

@@ -1,7 +1,6 @@
 //! Opening, creating and checking the node state file, and mapping it.
 
 use super::layout::{NodeState, MAGIC, MAX_PROCESSES, SLOT_LIVE, STATE_SIZE, VERSION};
-use super::liveness;
 use super::NodeError;
 use crate::config::NodeConfig;
 use crate::device::{DeviceSpec, MAX_DEVICES, MAX_NAME_LEN};
@@ -11,6 +10,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 use std::sync::atomic::Ordering;
+use tessera_region::liveness;
 
 /// What a process wants of a node it opens.
 pub(super) enum Want<'a> {
@@ -255,7 +255,7 @@ fn describes(m: &Mapping, devices: &[DeviceSpec], config: &NodeConfig) -> bool {
 pub(super) fn anyone_alive(m: &Mapping) -> bool {
     (0..MAX_PROCESSES).any(|slot| {
         m.state().processes[slot].state.load(Ordering::Acquire) == SLOT_LIVE
-            && liveness::held_by_other(m.file.as_fd(), slot)
+            && liveness::held_by_other(m.file.as_fd(), liveness::slot_byte(slot))
     })
 }
 

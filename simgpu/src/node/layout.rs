@@ -13,9 +13,6 @@ pub const VERSION: u32 = 1;
 pub const MAX_PROCESSES: usize = 256;
 /// Words of the per-device bitmask of processes waiting for the engine.
 pub const WAIT_WORDS: usize = MAX_PROCESSES / 64;
-/// Offset of the per-slot liveness bytes locked with OFD locks: far past the end of the
-/// file, so that a lock never covers data (locks past EOF are allowed and cost nothing).
-pub const LOCK_BASE: i64 = 1 << 40;
 
 /// Slot states.
 pub const SLOT_FREE: u32 = 0;

@@ -2,20 +2,22 @@
 //! devices, what each process holds on each, and each device's engine.
 
 mod file;
+pub(crate) mod handoff;
 mod layout;
-mod liveness;
+mod seat;
 
 use crate::config::{self, NodeConfig};
 use crate::device::{parse_devices, DeviceSpec, DeviceSpecError, DEFAULT_DEVICES, MAX_DEVICES};
-use crate::engine::{Engine, EngineSeat};
 use file::{Mapping, Want};
 pub(crate) use layout::{DeviceState, NodeState, MAX_PROCESSES};
 use layout::{SLOT_FREE, SLOT_LIVE};
+pub(crate) use seat::EngineSeat;
 use serde::Serialize;
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
+use tessera_region::liveness;
 use thiserror::Error;
 
 /// Why the node state could not be used.
@@ -284,11 +286,13 @@ impl Node {
             return false;
         }
         let fd = self.map.file.as_fd();
-        if self.attached.load(Ordering::Relaxed) == slot || !liveness::try_lock(fd, slot) {
+        if self.attached.load(Ordering::Relaxed) == slot
+            || !matches!(liveness::try_lock(fd, liveness::slot_byte(slot)), Ok(true))
+        {
             return false;
         }
         if p.state.load(Ordering::Acquire) != SLOT_LIVE {
-            liveness::unlock(fd, slot);
+            liveness::unlock(fd, liveness::slot_byte(slot));
             return false;
         }
         for dev in 0..self.device_count() {
@@ -297,11 +301,11 @@ impl Node {
             // subtraction is ordered after it.
             let held = p.memory[dev].swap(0, Ordering::AcqRel);
             d.used.fetch_sub(held, Ordering::AcqRel);
-            crate::engine::forget(d, slot);
+            handoff::forget(d, slot);
         }
         // Release: the returned memory and the engine are visible before the slot is free.
         p.state.store(SLOT_FREE, Ordering::Release);
-        liveness::unlock(fd, slot);
+        liveness::unlock(fd, liveness::slot_byte(slot));
         true
     }
 
@@ -357,12 +361,14 @@ impl Node {
         for round in 0..2 {
             for slot in 0..MAX_PROCESSES {
                 let p = &self.state().processes[slot];
-                if p.state.load(Ordering::Acquire) != SLOT_FREE || !liveness::try_lock(fd, slot) {
+                if p.state.load(Ordering::Acquire) != SLOT_FREE
+                    || !matches!(liveness::try_lock(fd, liveness::slot_byte(slot)), Ok(true))
+                {
                     continue;
                 }
                 // We hold the lock: nobody else claims or reaps this slot now.
                 if p.state.load(Ordering::Acquire) != SLOT_FREE {
-                    liveness::unlock(fd, slot);
+                    liveness::unlock(fd, liveness::slot_byte(slot));
                     continue;
                 }
                 // Relaxed: published by the Release store of the state below.
@@ -421,7 +427,7 @@ impl Node {
     /// Whether the process in `slot` is alive (its lock byte is held by someone else).
     pub(crate) fn slot_alive(&self, slot: usize) -> bool {
         self.attached.load(Ordering::Relaxed) == slot
-            || liveness::held_by_other(self.map.file.as_fd(), slot)
+            || liveness::held_by_other(self.map.file.as_fd(), liveness::slot_byte(slot))
     }
 
     pub(crate) fn process_state(&self, slot: usize) -> &layout::ProcessState {
@@ -536,9 +542,8 @@ impl Process {
         self.node.process_state(self.slot).memory[device].load(Ordering::Relaxed)
     }
 
-    /// The engine of a device, as this process sees it.
-    pub fn engine(&self, device: usize) -> Engine<'_> {
-        let device = self.node_index(device);
-        Engine::new(self, device, &self.seats[device])
+    /// This process's hold on node device `device`'s engine.
+    pub(crate) fn seat(&self, device: usize) -> &Mutex<EngineSeat> {
+        &self.seats[device]
     }
 }

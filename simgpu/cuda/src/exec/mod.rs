@@ -651,7 +651,7 @@ pub(crate) fn release_stream(stream: &Stream) {
 }
 
 /// Drops the queues of a destroyed context (after it was synchronized).
-pub(crate) fn forget_context(ctx: &Context) {
+fn forget_context(ctx: &Context) {
     let Ok(exec) = executor(ctx.device) else {
         return;
     };
@@ -659,6 +659,7 @@ pub(crate) fn forget_context(ctx: &Context) {
     state.queues.retain(|_, q| q.stream.ctx.id != ctx.id);
     state.ends.remove(&ctx.id);
 }
+crate::context::teardown_step!(Queues, forget_context);
 
 /// A synchronous operation's place in a stream: the executor stops there and lets the host
 /// thread that queued it do its work, so that the work is ordered like an operation of the

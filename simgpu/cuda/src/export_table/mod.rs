@@ -26,8 +26,6 @@ use crate::ffi::{code, CUresult, DriverResult};
 use std::ffi::c_void;
 use std::sync::OnceLock;
 
-pub(crate) use storage::forget_context;
-
 /// The environment variable that makes the tables report requests they cannot serve.
 const ENV_TRACE: &str = "SIMGPU_TRACE_EXPORT_TABLES";
 

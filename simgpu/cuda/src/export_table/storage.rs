@@ -85,7 +85,7 @@ unsafe extern "C" fn get(value: *mut *mut c_void, ctx: CUcontext, key: *mut c_vo
 
 /// A context is being destroyed (or a primary context reset): its values are dropped and
 /// their owners told, as the runtime expects to free its state for the context then.
-pub(crate) fn forget_context(ctx: &Arc<Context>) {
+fn forget_context(ctx: &Arc<Context>) {
     let gone: Vec<((u64, usize), Entry)> = with_entries(|e| {
         let keys: Vec<_> = e.keys().filter(|(id, _)| *id == ctx.id).copied().collect();
         keys.into_iter()
@@ -101,3 +101,4 @@ pub(crate) fn forget_context(ctx: &Arc<Context>) {
         }
     }
 }
+crate::context::teardown_step!(RuntimeState, forget_context);

@@ -36,14 +36,14 @@ pub(crate) fn device_range(ptr: CUdeviceptr, len: u64) -> Option<*mut u8> {
 /// memory) and drops its host registrations, as the driver does when a context is
 /// destroyed or a primary context reset. The caller has synchronized the context, so no
 /// queued work still uses the memory.
-#[allow(dead_code)] // until `Context::destroy` calls it
-pub(crate) fn forget_context(ctx: &Context) {
+fn forget_context(ctx: &Context) {
     let gone = registry::write()
         .remove_where(|a| a.context_id == ctx.id && !matches!(a.kind, Kind::Mapped(_)));
     for a in &gone {
         linear::release(a);
     }
 }
+crate::context::teardown_step!(Memory, forget_context);
 
 /// Device memory for a loaded module's variables, zero-filled, owned by the current context
 /// when `in_context` (a library's module belongs to none); see [`Kind::counted`].

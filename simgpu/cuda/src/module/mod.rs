@@ -404,11 +404,12 @@ fn unload(module: &Module) {
 }
 
 /// Unloads the modules of a destroyed context.
-pub(crate) fn forget_context(ctx: &Context) {
+fn forget_context(ctx: &Context) {
     for m in MODULES.remove_where(|m| m.ctx == Some(ctx.id)) {
         unload(&m);
     }
 }
+context::teardown_step!(Modules, forget_context);
 
 /// Loads a module in the current context from the code `code` finds for the context's
 /// device (given its compute capability).

@@ -42,7 +42,7 @@ pub fn info(gpu: &Gpu) -> Result<Value> {
         "name": gpu.name()?,
         "driver_version": gpu.driver_version()?,
         "nvml_driver_version": nvml_version.as_ref().ok(),
-        "nvml_error": nvml_version.as_ref().err(),
+        "nvml_error": nvml_version.as_ref().err().map(ToString::to_string),
         "total": memory.total,
         "free": memory.free,
     }))
@@ -332,7 +332,7 @@ pub fn probe(gpu: &Gpu, calls: u32, batches: u32) -> Result<Value> {
         "cuMemGetInfo": mem_get_info,
         // What libtessera.so was told, when it is preloaded (for the report).
         "preloaded": std::env::var_os("LD_PRELOAD").is_some_and(|v| !v.is_empty()),
-        "memory_limit": std::env::var("TESSERA_MEMORY_LIMIT").ok(),
+        "memory_limit": std::env::var(tessera_region::env::MEMORY_LIMIT).ok(),
     }))
 }
 

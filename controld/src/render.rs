@@ -1,29 +1,10 @@
 //! `controld status` for a terminal: per GPU, its containers in one table, then what is
 //! wrong.
 
-use crate::status::{ContainerDevice, ContainerStatus, NodeStatus};
 use std::collections::BTreeSet;
-
-/// A size for people: `1.5GiB`, `512MiB`, `0B`.
-pub fn human(bytes: u64) -> String {
-    const UNITS: [(&str, u64); 4] = [
-        ("TiB", 1 << 40),
-        ("GiB", 1 << 30),
-        ("MiB", 1 << 20),
-        ("KiB", 1 << 10),
-    ];
-    for (name, unit) in UNITS {
-        if bytes >= unit {
-            let value = bytes as f64 / unit as f64;
-            return if value >= 100.0 || bytes.is_multiple_of(unit) {
-                format!("{value:.0}{name}")
-            } else {
-                format!("{value:.1}{name}")
-            };
-        }
-    }
-    format!("{bytes}B")
-}
+use tessera_controld::status::{ContainerDevice, ContainerStatus, NodeStatus};
+/// A size for people (the one format of `tessera_region::units`).
+pub use tessera_region::units::format_size_rounded as human;
 
 fn share(value: Option<f64>) -> String {
     value.map_or("-".to_string(), |v| format!("{:.0}%", v * 100.0))
@@ -127,17 +108,4 @@ pub fn render_status(status: &NodeStatus) -> String {
         out += &format!("! {p}\n");
     }
     out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sizes_read_at_a_glance() {
-        assert_eq!(human(0), "0B");
-        assert_eq!(human(2 << 30), "2GiB");
-        assert_eq!(human(3 << 29), "1.5GiB");
-        assert_eq!(human(141 << 30), "141GiB");
-    }
 }

@@ -1,0 +1,300 @@
+//! A container's limits where its processes can only read them ([`LimitsLayout`]): the
+//! file `<region>.limits` beside its region. A region is shared memory that every process
+//! of the container writes, so the caps in it are the container's to change; the caps in
+//! this file are `controld`'s alone, and the library holds the container to the lower of
+//! the two.
+
+use crate::layout::{LimitsLayout, ABI_VERSION, LIMITS_MAGIC, LIMITS_SIZE, UNLIMITED};
+use crate::RegionError;
+use std::fs::{File, OpenOptions};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// What the limits file's name adds to its region's.
+pub const LIMITS_SUFFIX: &str = ".limits";
+
+/// The limits file of the region at `region`.
+pub fn limits_path(region: &Path) -> PathBuf {
+    let mut name = region.as_os_str().to_os_string();
+    name.push(LIMITS_SUFFIX);
+    PathBuf::from(name)
+}
+
+/// The mode a limits file keeps: readable by all, writable by nobody but through the
+/// daemon's open descriptor (a container's processes that do not run as root cannot open
+/// it for writing even where its directory is shared read-write).
+const MODE: u32 = 0o444;
+
+/// A mapped limits file.
+pub struct Limits {
+    layout: NonNull<LimitsLayout>,
+    writable: bool,
+    /// Its slot among the mappings guarded against SIGBUS, where the process installed the
+    /// guard.
+    guard: Option<usize>,
+    _file: File,
+}
+
+// SAFETY: the mapping is shared memory reached only through atomics and the header's plain
+// bytes, which are written before the file is complete and never again.
+unsafe impl Send for Limits {}
+// SAFETY: as above.
+unsafe impl Sync for Limits {}
+
+fn io(path: &Path) -> impl Fn(std::io::Error) -> RegionError + '_ {
+    move |source| RegionError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+const FLAGS: i32 = libc::O_NOCTTY | libc::O_CLOEXEC | libc::O_NOFOLLOW;
+
+impl Limits {
+    /// Creates the limits file at `path` with `caps`, or takes over the one there
+    /// (`controld`): its caps are written afresh. The file stays the same inode (a
+    /// container's read-only mount of it keeps seeing every change) and keeps mode 0444.
+    pub fn create(path: &Path, caps: &[Option<u64>]) -> Result<Limits, RegionError> {
+        let file = match OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .mode(MODE)
+            .custom_flags(FLAGS)
+            .open(path)
+        {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                reopen_writable(path).map_err(io(path))?
+            }
+            Err(e) => return Err(io(path)(e)),
+        };
+        let meta = file.metadata().map_err(io(path))?;
+        if !meta.file_type().is_file() {
+            return Err(RegionError::Foreign {
+                path: path.to_path_buf(),
+            });
+        }
+        if meta.len() != LIMITS_SIZE as u64 {
+            // Only the daemon writes this file: a wrong size is a leftover of another
+            // build, made whole again (no library maps a file of the wrong size).
+            file.set_len(0).map_err(io(path))?;
+            file.set_len(LIMITS_SIZE as u64).map_err(io(path))?;
+        }
+        if meta.permissions().mode() & 0o7777 != MODE {
+            file.set_permissions(std::fs::Permissions::from_mode(MODE))
+                .map_err(io(path))?;
+        }
+        let limits = Limits::map(path, file, true)?;
+        for (dev, word) in limits.layout().memory_caps.iter().enumerate() {
+            // Relaxed: see `set_memory_cap`.
+            word.store(
+                caps.get(dev).copied().flatten().unwrap_or(UNLIMITED),
+                Ordering::Relaxed,
+            );
+        }
+        // SAFETY: the mapping is LIMITS_SIZE bytes and writable; nothing reads the header
+        // before it is complete except a library that then refuses it (and fails closed)
+        // until the daemon has answered, which is after this.
+        let layout = unsafe { &mut *limits.layout.as_ptr() };
+        layout.magic = LIMITS_MAGIC;
+        layout.abi_version = ABI_VERSION;
+        Ok(limits)
+    }
+
+    /// Opens the limits file at `path` for reading (a container's library). `Ok(None)`:
+    /// there is none (a region without a daemon). A file that is there but not a limits
+    /// file of this version is an error: the caller fails closed.
+    pub fn open(path: &Path) -> Result<Option<Limits>, RegionError> {
+        let file = match OpenOptions::new().read(true).custom_flags(FLAGS).open(path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(io(path)(e)),
+        };
+        let meta = file.metadata().map_err(io(path))?;
+        if !meta.file_type().is_file() {
+            return Err(RegionError::Foreign {
+                path: path.to_path_buf(),
+            });
+        }
+        if meta.len() != LIMITS_SIZE as u64 {
+            return Err(RegionError::Truncated {
+                path: path.to_path_buf(),
+                len: meta.len(),
+                expected: LIMITS_SIZE as u64,
+            });
+        }
+        let limits = Limits::map(path, file, false)?;
+        let layout = limits.layout();
+        if layout.magic != LIMITS_MAGIC {
+            return Err(RegionError::Foreign {
+                path: path.to_path_buf(),
+            });
+        }
+        if layout.abi_version != ABI_VERSION {
+            return Err(RegionError::Version {
+                path: path.to_path_buf(),
+                found: layout.abi_version,
+                expected: ABI_VERSION,
+            });
+        }
+        Ok(Some(limits))
+    }
+
+    fn map(path: &Path, file: File, writable: bool) -> Result<Limits, RegionError> {
+        let prot = if writable {
+            libc::PROT_READ | libc::PROT_WRITE
+        } else {
+            libc::PROT_READ
+        };
+        // SAFETY: maps LIMITS_SIZE bytes of an open file, shared; the result is checked.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                LIMITS_SIZE,
+                prot,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(io(path)(std::io::Error::last_os_error()));
+        }
+        let layout =
+            NonNull::new(ptr.cast::<LimitsLayout>()).ok_or_else(|| RegionError::Foreign {
+                path: path.to_path_buf(),
+            })?;
+        Ok(Limits {
+            layout,
+            writable,
+            guard: crate::fault::guard(ptr as usize, LIMITS_SIZE),
+            _file: file,
+        })
+    }
+
+    fn layout(&self) -> &LimitsLayout {
+        // SAFETY: a live mapping of LIMITS_SIZE bytes with the layout's alignment (a page).
+        unsafe { self.layout.as_ref() }
+    }
+
+    /// The declared cap of device `dev`; `None` when unlimited, 0 past the last device.
+    pub fn memory_cap(&self, dev: usize) -> Option<u64> {
+        match self.cap_word(dev) {
+            // Relaxed: see `set_memory_cap`.
+            Some(w) => Some(w.load(Ordering::Relaxed)).filter(|&c| c != UNLIMITED),
+            None => Some(0),
+        }
+    }
+
+    /// The word holding device `dev`'s cap, for reservations that read it at every try.
+    pub(crate) fn cap_word(&self, dev: usize) -> Option<&AtomicU64> {
+        self.layout().memory_caps.get(dev)
+    }
+
+    /// Sets the declared cap of device `dev` (`controld`; ignored on a read-only mapping).
+    pub fn set_memory_cap(&self, dev: usize, cap: Option<u64>) {
+        if let (Some(w), true) = (self.cap_word(dev), self.writable) {
+            // Relaxed: a single word with no data published under it; a reservation
+            // racing with a change is judged against either value, as with the region's.
+            w.store(cap.unwrap_or(UNLIMITED), Ordering::Relaxed);
+        }
+    }
+}
+
+/// Opens for writing a limits file whose 0444 mode refuses the daemon when it does not run
+/// as root: its owner may change the mode of a descriptor it opened for reading, reopen it
+/// through `/proc`, and put the mode back.
+fn reopen_writable(path: &Path) -> std::io::Result<File> {
+    let reader = OpenOptions::new()
+        .read(true)
+        .custom_flags(FLAGS)
+        .open(path)?;
+    reader.set_permissions(std::fs::Permissions::from_mode(0o644))?;
+    let writer = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_NOCTTY | libc::O_CLOEXEC)
+        .open(format!("/proc/self/fd/{}", reader.as_raw_fd()));
+    reader.set_permissions(std::fs::Permissions::from_mode(MODE))?;
+    writer
+}
+
+impl Drop for Limits {
+    fn drop(&mut self) {
+        if let Some(slot) = self.guard {
+            crate::fault::unguard(slot);
+        }
+        // SAFETY: unmaps exactly the mapping made in `map`; nothing refers to it after drop.
+        unsafe { libc::munmap(self.layout.as_ptr().cast(), LIMITS_SIZE) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dir(tag: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("tessera-limits-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn the_daemon_writes_and_a_reader_follows_on_the_same_file() {
+        let d = dir("follow");
+        let path = limits_path(&d.join("a.region"));
+        assert!(Limits::open(&path).unwrap().is_none());
+        let mut caps = [None; crate::MAX_DEVICES];
+        caps[0] = Some(1 << 30);
+        let daemon = Limits::create(&path, &caps).unwrap();
+        let reader = Limits::open(&path).unwrap().unwrap();
+        assert_eq!(reader.memory_cap(0), Some(1 << 30));
+        assert_eq!(reader.memory_cap(1), None);
+        assert_eq!(reader.memory_cap(crate::MAX_DEVICES), Some(0));
+        daemon.set_memory_cap(0, Some(2 << 30));
+        assert_eq!(reader.memory_cap(0), Some(2 << 30));
+        // A reader cannot write, through this type or by opening the file.
+        reader.set_memory_cap(0, None);
+        assert_eq!(daemon.memory_cap(0), Some(2 << 30));
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o444);
+        // A daemon that starts again takes over the same file (same inode) with new caps.
+        let inode = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&path).unwrap());
+        drop(daemon);
+        caps[0] = Some(3 << 30);
+        let again = Limits::create(&path, &caps).unwrap();
+        assert_eq!(reader.memory_cap(0), Some(3 << 30));
+        assert_eq!(
+            std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&path).unwrap()),
+            inode
+        );
+        drop(again);
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn a_foreign_or_short_file_is_refused_and_a_link_is_not_followed() {
+        let d = dir("foreign");
+        let path = d.join("b.region.limits");
+        std::fs::write(&path, vec![0u8; LIMITS_SIZE]).unwrap();
+        assert!(matches!(
+            Limits::open(&path),
+            Err(RegionError::Foreign { .. })
+        ));
+        std::fs::write(&path, b"short").unwrap();
+        assert!(matches!(
+            Limits::open(&path),
+            Err(RegionError::Truncated { .. })
+        ));
+        let link = d.join("c.region.limits");
+        std::os::unix::fs::symlink(&path, &link).unwrap();
+        assert!(Limits::open(&link).is_err());
+        assert!(Limits::create(&link, &[]).is_err());
+        let _ = std::fs::remove_dir_all(&d);
+    }
+}
