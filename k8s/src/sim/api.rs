@@ -81,6 +81,21 @@ fn commit_pod(
     pod
 }
 
+/// A pod object with this spec; its UID is made from its name.
+pub fn pod(namespace: &str, name: &str, annotations: &BTreeMap<&str, &str>, spec: Value) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "uid": format!("uid-{namespace}-{name}"),
+            "annotations": annotations,
+        },
+        "spec": spec,
+    })
+}
+
 /// The server.
 pub struct FakeApi {
     /// Where it listens.
@@ -158,17 +173,12 @@ impl FakeApi {
     /// Creates or changes a pod on `node` with these annotations.
     pub fn put_pod(&self, namespace: &str, name: &str, node: &str, annotations: &[(&str, &str)]) {
         let annotations: BTreeMap<&str, &str> = annotations.iter().copied().collect();
-        self.create_pod(json!({
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {
-                "name": name,
-                "namespace": namespace,
-                "uid": format!("uid-{namespace}-{name}"),
-                "annotations": annotations,
-            },
-            "spec": {"nodeName": node, "containers": [{"name": "main", "image": "app"}]},
-        }));
+        self.create_pod(pod(
+            namespace,
+            name,
+            &annotations,
+            json!({"nodeName": node, "containers": [{"name": "main", "image": "app"}]}),
+        ));
     }
 
     /// Creates or replaces a pod object as given (its `metadata.namespace` and `name` say

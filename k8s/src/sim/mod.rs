@@ -47,16 +47,11 @@ pub fn pod_object(namespace: &str, name: &str, spec: &PodSpec) -> Value {
         .collect();
     let amounts =
         json!({CORE_RESOURCE: spec.core.to_string(), MEMORY_RESOURCE: spec.memory_gib.to_string()});
-    json!({
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "uid": format!("uid-{namespace}-{name}"),
-            "annotations": annotations,
-        },
-        "spec": {
+    api::pod(
+        namespace,
+        name,
+        &annotations,
+        json!({
             "schedulerName": "tessera",
             "priority": spec.priority,
             "containers": [{
@@ -64,8 +59,8 @@ pub fn pod_object(namespace: &str, name: &str, spec: &PodSpec) -> Value {
                 "image": "app",
                 "resources": {"limits": amounts.clone(), "requests": amounts},
             }],
-        },
-    })
+        }),
+    )
 }
 
 /// The simulated cluster.
