@@ -133,16 +133,18 @@ fn parse_memory(text: &str) -> Option<u64> {
     (bytes > 0).then_some(bytes)
 }
 
+/// Annotations from pairs, for tests of what reads them.
+#[cfg(test)]
+pub(crate) fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
 
     #[test]
     fn annotations_read_as_documented() {

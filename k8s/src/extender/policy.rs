@@ -165,13 +165,7 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
+    use crate::annotations::map;
 
     #[test]
     fn online_spreads_offline_packs_and_annotations_override() {
