@@ -1,11 +1,15 @@
 //! What a pod asks of Tessera beyond its resource requests: its annotations.
 //!
-//! - `tessera.dev/gpu`: the card the scheduler extender chose, by UUID.
+//! - `tessera.dev/gpu`: the card the scheduler extender chose, by UUID (whole cards: their
+//!   UUIDs, comma-separated).
 //! - `tessera.dev/compute`: `fixed`, `burst` (the default) or `best-effort`; the share Q is the
 //!   container's `tessera.dev/gpu-core` request.
 //! - `tessera.dev/priority`: `online` (the default) or `offline`.
 //! - `tessera.dev/memory-limit`: a cap below the `tessera.dev/gpu-memory` request (`3GiB`,
 //!   `3Gi`, `512MiB`); changed on a running pod, it changes the cap in place.
+//! - `tessera.dev/node-policy`, `tessera.dev/card-policy`: `binpack` or `spread`, how the
+//!   scheduler extender places this pod among nodes and among a node's cards (read by the
+//!   extender: [`crate::extender::policy`]).
 
 use std::collections::BTreeMap;
 use tessera_controld::policy::{ComputePolicy, Priority};
@@ -19,6 +23,10 @@ pub const COMPUTE: &str = "tessera.dev/compute";
 pub const PRIORITY: &str = "tessera.dev/priority";
 /// A memory cap below the memory request.
 pub const MEMORY_LIMIT: &str = "tessera.dev/memory-limit";
+/// How the extender places the pod among nodes.
+pub const NODE_POLICY: &str = "tessera.dev/node-policy";
+/// How the extender places the pod among a node's cards.
+pub const CARD_POLICY: &str = "tessera.dev/card-policy";
 
 /// The kind of share a pod asks; its size comes from the core request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -70,7 +78,7 @@ pub enum AnnotationError {
     #[error("annotation {MEMORY_LIMIT}={0:?} is not a size like 4GiB, 4Gi or 512MiB")]
     MemoryLimit(String),
     /// A bad `tessera.dev/gpu`.
-    #[error("annotation {GPU}={0:?} is not a GPU UUID like GPU-8c1f2a3b-…")]
+    #[error("annotation {GPU}={0:?} is not a GPU UUID like GPU-8c1f2a3b-… (or a comma-separated list of them)")]
     Gpu(String),
 }
 
@@ -79,10 +87,7 @@ pub fn read(annotations: &BTreeMap<String, String>) -> Result<PodAsk, Annotation
     let mut ask = PodAsk::default();
     if let Some(gpu) = annotations.get(GPU) {
         let gpu = gpu.trim();
-        let plausible = gpu.starts_with("GPU-")
-            && gpu.len() > 4
-            && gpu[4..].bytes().all(|b| b.is_ascii_hexdigit() || b == b'-');
-        if !plausible {
+        if !gpu.split(',').all(is_uuid) {
             return Err(AnnotationError::Gpu(gpu.to_string()));
         }
         ask.gpu = Some(gpu.to_string());
@@ -107,6 +112,15 @@ pub fn read(annotations: &BTreeMap<String, String>) -> Result<PodAsk, Annotation
     Ok(ask)
 }
 
+/// Whether `text` looks like a GPU UUID (`GPU-` and hex digits with dashes).
+pub fn is_uuid(text: &str) -> bool {
+    text.starts_with("GPU-")
+        && text.len() > 4
+        && text[4..]
+            .bytes()
+            .all(|b| b.is_ascii_hexdigit() || b == b'-')
+}
+
 /// A size as Tessera writes it (`4GiB`) or as Kubernetes does (`4Gi`); never zero.
 fn parse_memory(text: &str) -> Option<u64> {
     let text = text.trim();
@@ -119,16 +133,18 @@ fn parse_memory(text: &str) -> Option<u64> {
     (bytes > 0).then_some(bytes)
 }
 
+/// Annotations from pairs, for tests of what reads them.
+#[cfg(test)]
+pub(crate) fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
 
     #[test]
     fn annotations_read_as_documented() {
@@ -160,6 +176,7 @@ mod tests {
             (MEMORY_LIMIT, "lots"),
             (MEMORY_LIMIT, "0"),
             (GPU, "card-0"),
+            (GPU, "GPU-ab,card-1"),
         ] {
             let err = read(&map(&[(key, value)])).expect_err(value).to_string();
             assert!(err.contains(key) && err.contains(value), "{err}");

@@ -1,4 +1,5 @@
-//! The command line: `tessera-k8s device-plugin` (the node side) and `tessera-k8s crd`.
+//! The command line: `tessera-k8s device-plugin` (the node side), `tessera-k8s extender`
+//! (the cluster side) and `tessera-k8s crd`.
 
 use crate::plugin::Config;
 use clap::{Parser, Subcommand};
@@ -22,8 +23,20 @@ enum Command {
     /// Serves tessera.dev/gpu-core and tessera.dev/gpu-memory to the kubelet and keeps the
     /// node's GPU objects.
     DevicePlugin(PluginArgs),
+    /// Serves the kube-scheduler extender: filter, prioritize, bind and preempt over HTTP.
+    Extender(ExtenderArgs),
     /// Prints the GPU custom resource definition (deploy/crd.yaml).
     Crd,
+}
+
+#[derive(Debug, clap::Args)]
+struct ExtenderArgs {
+    /// Where to listen, like 0.0.0.0:8888 (the scheduler's urlPrefix points here).
+    #[arg(long)]
+    listen: std::net::SocketAddr,
+    /// A YAML file with the cluster's default placement per priority and the assume TTL.
+    #[arg(long)]
+    config: Option<PathBuf>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -61,6 +74,22 @@ struct PluginArgs {
     cdi_dir: Option<PathBuf>,
 }
 
+/// A runtime for a command's tasks.
+fn runtime() -> Result<tokio::runtime::Runtime, String> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start: {e}"))
+}
+
+/// The API server, from the pod's service account or KUBECONFIG.
+async fn kube_client() -> Result<kube::Client, String> {
+    kube::Client::try_default().await.map_err(|e| {
+        format!("cannot reach the API server: {e}; run in a pod with a service account, or set KUBECONFIG")
+    })
+}
+
 /// Runs the command line; returns the exit code.
 pub fn main() -> i32 {
     let args = Args::parse();
@@ -68,6 +97,27 @@ pub fn main() -> i32 {
         Command::Crd => {
             print!("{}", crate::gpu::crd_yaml());
             0
+        }
+        Command::Extender(a) => {
+            tessera_controld::logging::init("tessera-k8s", LogLevel::Info);
+            let result = (|| {
+                let config = match &a.config {
+                    Some(path) => {
+                        crate::extender::policy::Config::load(path).map_err(|e| e.to_string())?
+                    }
+                    None => Default::default(),
+                };
+                runtime()?.block_on(async {
+                    crate::extender::run(config, a.listen, kube_client().await?).await
+                })
+            })();
+            match result {
+                Ok(()) => 0,
+                Err(e) => {
+                    tracing::error!("{e}");
+                    1
+                }
+            }
         }
         Command::DevicePlugin(a) => {
             tessera_controld::logging::init("tessera-k8s", LogLevel::Info);
@@ -83,23 +133,15 @@ pub fn main() -> i32 {
                 publish_interval: Duration::from_millis(a.publish_interval_ms.max(1)),
                 cdi_dir: a.cdi_dir,
             };
-            let runtime = match tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .enable_all()
-                .build()
-            {
+            let runtime = match runtime() {
                 Ok(r) => r,
                 Err(e) => {
-                    tracing::error!("cannot start: {e}");
+                    tracing::error!("{e}");
                     return 1;
                 }
             };
-            let result = runtime.block_on(async {
-                let kube = kube::Client::try_default().await.map_err(|e| {
-                    format!("cannot reach the API server: {e}; run in a pod with a service account, or set KUBECONFIG")
-                })?;
-                crate::plugin::run(config, kube).await
-            });
+            let result =
+                runtime.block_on(async { crate::plugin::run(config, kube_client().await?).await });
             match result {
                 Ok(()) => 0,
                 Err(e) => {

@@ -1,4 +1,4 @@
-//! Tessera on Kubernetes, on the node: one device plugin for two extended resources,
+//! Tessera on Kubernetes. On the node: one device plugin for two extended resources,
 //! `tessera.dev/gpu-core` (percent of a card's time, 100 per card) and
 //! `tessera.dev/gpu-memory` (GiB), and a cluster-scoped `GPU` object per card that shows who
 //! holds what.
@@ -6,15 +6,21 @@
 //! The plugin talks to the kubelet through its gRPC protocols ([`proto`], declared in
 //! `proto/`), to controld through its control API only ([`controld`]), and to the API server
 //! through kube ([`pods`], [`gpu`]).
+//!
+//! In the cluster: the kube-scheduler extender ([`extender`]) that places pods on nodes and
+//! cards. [`sim`] is an in-process cluster (a fake API server, simulated nodes and cards, a
+//! scheduler loop that calls the extender over HTTP) for tests and benchmarks.
 
 pub mod annotations;
 pub mod cards;
 pub mod cli;
 pub mod controld;
+pub mod extender;
 pub mod gpu;
 pub mod ids;
 pub mod plugin;
 pub mod podresources;
 pub mod pods;
 pub mod proto;
+pub mod sim;
 pub mod uds;

@@ -116,3 +116,103 @@ fn the_daemonset_mounts_the_host_paths_the_plugin_uses() {
         "spec.nodeName"
     );
 }
+
+#[test]
+fn the_scheduler_profile_calls_the_extender_where_it_listens_with_what_it_serves() {
+    let docs = documents("scheduler.yaml");
+    let config_map = docs.iter().find(|d| d["kind"] == "ConfigMap").unwrap();
+    let text = config_map["data"]["scheduler.yaml"].as_str().unwrap();
+    let scheduler: serde_yaml::Value = serde_yaml::from_str(text).unwrap();
+    let scheduler = serde_json::to_value(scheduler).unwrap();
+    assert_eq!(scheduler["kind"], "KubeSchedulerConfiguration");
+    assert_eq!(scheduler["profiles"][0]["schedulerName"], "tessera");
+    let extender = &scheduler["extenders"][0];
+    // The verbs are the extender's routes; node names and UIDs, not whole objects.
+    for (key, verb) in [
+        ("filterVerb", "filter"),
+        ("prioritizeVerb", "prioritize"),
+        ("bindVerb", "bind"),
+        ("preemptVerb", "preempt"),
+    ] {
+        assert_eq!(extender[key], verb);
+    }
+    assert_eq!(extender["nodeCacheCapable"], true);
+    let managed: Vec<&str> = extender["managedResources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        managed,
+        [
+            tessera_k8s::ids::CORE_RESOURCE,
+            tessera_k8s::ids::MEMORY_RESOURCE
+        ]
+    );
+    // The extender listens where the scheduler calls it, and reads the config beside it.
+    let deployment = docs.iter().find(|d| d["kind"] == "Deployment").unwrap();
+    let containers = deployment["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .unwrap();
+    let command: Vec<&str> = containers.iter().find(|c| c["name"] == "extender").unwrap()
+        ["command"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    let listen = command[command.iter().position(|a| *a == "--listen").unwrap() + 1];
+    assert_eq!(extender["urlPrefix"], format!("http://{listen}"));
+    assert_eq!(&command[..2], ["tessera-k8s", "extender"]);
+    let policies = config_map["data"]["extender.yaml"].as_str().unwrap();
+    let policies = tessera_k8s::extender::policy::Config::parse(policies).unwrap();
+    assert_eq!(
+        policies,
+        Default::default(),
+        "the shipped defaults are the built-in ones"
+    );
+    assert_eq!(
+        deployment["spec"]["template"]["spec"]["serviceAccountName"],
+        "tessera-scheduler"
+    );
+}
+
+#[test]
+fn rbac_grants_what_the_extender_calls() {
+    let docs = documents("rbac.yaml");
+    let role = docs
+        .iter()
+        .find(|d| d["kind"] == "ClusterRole" && d["metadata"]["name"] == "tessera-extender")
+        .expect("the extender's ClusterRole");
+    let rules = role["rules"].as_array().unwrap();
+    let allows = |group: &str, resource: &str, verb: &str| {
+        rules.iter().any(|r| {
+            let has = |key: &str, want: &str| r[key].as_array().unwrap().iter().any(|v| v == want);
+            has("apiGroups", group) && has("resources", resource) && has("verbs", verb)
+        })
+    };
+    // Watches of pods and GPUs, the card recorded on the pod, the binding.
+    for (group, resource, verb) in [
+        ("", "pods", "list"),
+        ("", "pods", "watch"),
+        ("", "pods", "get"),
+        ("", "pods", "patch"),
+        ("", "pods/binding", "create"),
+        ("tessera.dev", "gpus", "list"),
+        ("tessera.dev", "gpus", "watch"),
+    ] {
+        assert!(
+            allows(group, resource, verb),
+            "{verb} {group}/{resource} is not granted"
+        );
+    }
+    let bound_to = |role: &str| {
+        docs.iter().any(|d| {
+            d["kind"] == "ClusterRoleBinding"
+                && d["roleRef"]["name"] == role
+                && d["subjects"][0]["name"] == "tessera-scheduler"
+        })
+    };
+    assert!(bound_to("tessera-extender") && bound_to("system:kube-scheduler"));
+}

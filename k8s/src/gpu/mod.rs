@@ -2,6 +2,7 @@
 //! card, kept by the node's plugin ([`publish`]). `kubectl get gpus` shows, per card, its
 //! node, model, core allocated, memory allocated/total and the number of pods on it.
 
+pub mod printer;
 pub mod publish;
 
 use kube::CustomResource;

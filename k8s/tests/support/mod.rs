@@ -4,7 +4,10 @@
 
 #![allow(dead_code)]
 
-pub mod fake_api;
+/// The fake API server is the simulator's.
+pub mod fake_api {
+    pub use tessera_k8s::sim::api::*;
+}
 pub mod fake_kubelet;
 
 use fake_api::FakeApi;
