@@ -3,41 +3,23 @@
 //! `controld` to wake up and block the offline regions.
 
 use crate::layout::{BoardLayout, ABI_VERSION, BOARD_MAGIC, BOARD_SIZE, MAX_DEVICES};
+use crate::small_file::{io, Mapped, SharedLayout};
 use crate::RegionError;
-use std::fs::{File, OpenOptions};
-use std::os::fd::AsRawFd;
+use std::fs::OpenOptions;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
-use std::ptr::NonNull;
 use std::sync::atomic::Ordering;
 
 /// The board's file name in the directory of the regions.
 pub const BOARD_FILE: &str = "board";
 
 /// A mapped board.
-pub struct Board {
-    layout: NonNull<BoardLayout>,
-    writable: bool,
-    /// Its slot among the mappings guarded against SIGBUS, where the process installed
-    /// the guard (`controld`: an online container can truncate the board it writes).
-    guard: Option<usize>,
-    /// Keeps the file open for as long as it is mapped (not needed by the mapping itself,
-    /// but it names the file in `/proc/<pid>/fd` for people).
-    _file: File,
-}
+pub struct Board(Mapped<BoardLayout>);
 
-// SAFETY: the mapping is shared memory reached only through atomics and the header's plain
-// bytes, which are written once before anyone else opens the file.
-unsafe impl Send for Board {}
-// SAFETY: as above.
-unsafe impl Sync for Board {}
-
-fn io(path: &Path) -> impl Fn(std::io::Error) -> RegionError + '_ {
-    move |source| RegionError::Io {
-        path: path.to_path_buf(),
-        source,
-    }
-}
+// SAFETY: the board is shared memory reached only through atomics and the header's plain
+// bytes, which are written once, by the daemon that makes the file, before anyone else
+// opens it.
+unsafe impl SharedLayout for BoardLayout {}
 
 impl Board {
     /// Creates the board at `path`, or opens the one there (`controld`, at start): a file
@@ -55,11 +37,11 @@ impl Board {
         if len == 0 {
             file.set_len(BOARD_SIZE as u64).map_err(io(path))?;
         }
-        let board = Board::map(path, file, true)?;
-        // SAFETY: the mapping is BOARD_SIZE bytes and writable; a new file is all zeros
-        // until these writes, and only the daemon creates boards.
-        let layout = unsafe { &mut *board.layout.as_ptr() };
+        let board = Board(Mapped::map(path, file, true)?);
         if len == 0 {
+            // SAFETY: the mapping is writable; a new file is all zeros until these writes,
+            // only the daemon creates boards, and no reference to the layout is alive.
+            let layout = unsafe { board.0.get_mut() };
             layout.magic = BOARD_MAGIC;
             layout.abi_version = ABI_VERSION;
         }
@@ -87,41 +69,9 @@ impl Board {
                 path: path.to_path_buf(),
             });
         }
-        let board = Board::map(path, file, writable)?;
+        let board = Board(Mapped::map(path, file, writable)?);
         board.check(path)?;
         Ok(board)
-    }
-
-    fn map(path: &Path, file: File, writable: bool) -> Result<Board, RegionError> {
-        let prot = if writable {
-            libc::PROT_READ | libc::PROT_WRITE
-        } else {
-            libc::PROT_READ
-        };
-        // SAFETY: maps BOARD_SIZE bytes of an open file, shared; the result is checked.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                BOARD_SIZE,
-                prot,
-                libc::MAP_SHARED,
-                file.as_raw_fd(),
-                0,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(io(path)(std::io::Error::last_os_error()));
-        }
-        let layout =
-            NonNull::new(ptr.cast::<BoardLayout>()).ok_or_else(|| RegionError::Foreign {
-                path: path.to_path_buf(),
-            })?;
-        Ok(Board {
-            layout,
-            writable,
-            guard: crate::fault::guard(ptr as usize, BOARD_SIZE),
-            _file: file,
-        })
     }
 
     fn check(&self, path: &Path) -> Result<(), RegionError> {
@@ -144,13 +94,12 @@ impl Board {
     }
 
     fn layout(&self) -> &BoardLayout {
-        // SAFETY: a live mapping of BOARD_SIZE bytes with the layout's alignment (a page).
-        unsafe { self.layout.as_ref() }
+        self.0.get()
     }
 
     /// Whether this process may set and clear bits.
     pub fn writable(&self) -> bool {
-        self.writable
+        self.0.writable()
     }
 
     /// The online bits of `device` (0 for a device out of range): any bit means online
@@ -168,7 +117,8 @@ impl Board {
     /// Sets `bit` (0–63) of `device`'s word; returns whether the bit was clear before.
     /// Does nothing on a read-only board.
     pub fn set(&self, device: usize, bit: u32) -> bool {
-        let (Some(word), true, true) = (self.layout().online.get(device), self.writable, bit < 64)
+        let (Some(word), true, true) =
+            (self.layout().online.get(device), self.writable(), bit < 64)
         else {
             return false;
         };
@@ -179,7 +129,7 @@ impl Board {
     /// Clears `bit` of `device`'s word. Does nothing on a read-only board.
     pub fn clear(&self, device: usize, bit: u32) {
         if let (Some(word), true, true) =
-            (self.layout().online.get(device), self.writable, bit < 64)
+            (self.layout().online.get(device), self.writable(), bit < 64)
         {
             // SeqCst: as for `set`.
             word.fetch_and(!(1u64 << bit), Ordering::SeqCst);
@@ -189,21 +139,11 @@ impl Board {
     /// Keeps only the bits of `mask` in `device`'s word (`controld`: the bits of online
     /// containers that are still there and alive); returns the bits it dropped.
     pub fn retain(&self, device: usize, mask: u64) -> u64 {
-        if !self.writable || device >= MAX_DEVICES {
+        if !self.writable() || device >= MAX_DEVICES {
             return 0;
         }
         // SeqCst: as for `set`.
         self.layout().online[device].fetch_and(mask, Ordering::SeqCst) & !mask
-    }
-}
-
-impl Drop for Board {
-    fn drop(&mut self) {
-        if let Some(slot) = self.guard {
-            crate::fault::unguard(slot);
-        }
-        // SAFETY: unmaps exactly the mapping made in `map`; nothing refers to it after drop.
-        unsafe { libc::munmap(self.layout.as_ptr().cast(), BOARD_SIZE) };
     }
 }
 

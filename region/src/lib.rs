@@ -36,6 +36,7 @@ pub mod liveness;
 mod memory;
 mod name;
 mod slot;
+mod small_file;
 pub mod spans;
 pub mod units;
 

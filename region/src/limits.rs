@@ -5,12 +5,12 @@
 //! the two.
 
 use crate::layout::{LimitsLayout, ABI_VERSION, LIMITS_MAGIC, LIMITS_SIZE, UNLIMITED};
+use crate::small_file::{io, Mapped, SharedLayout};
 use crate::RegionError;
-use std::fs::{File, OpenOptions};
+use std::fs::{File, Metadata, OpenOptions};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// What the limits file's name adds to its region's.
@@ -29,26 +29,21 @@ pub fn limits_path(region: &Path) -> PathBuf {
 const MODE: u32 = 0o444;
 
 /// A mapped limits file.
-pub struct Limits {
-    layout: NonNull<LimitsLayout>,
-    writable: bool,
-    /// Its slot among the mappings guarded against SIGBUS, where the process installed the
-    /// guard.
-    guard: Option<usize>,
-    _file: File,
-}
+pub struct Limits(Mapped<LimitsLayout>);
 
-// SAFETY: the mapping is shared memory reached only through atomics and the header's plain
-// bytes, which are written before the file is complete and never again.
-unsafe impl Send for Limits {}
-// SAFETY: as above.
-unsafe impl Sync for Limits {}
+// SAFETY: the caps are atomics; the header's plain bytes are written by the daemon before
+// it answers for the container, and a library refuses a file whose header is not complete.
+unsafe impl SharedLayout for LimitsLayout {}
 
-fn io(path: &Path) -> impl Fn(std::io::Error) -> RegionError + '_ {
-    move |source| RegionError::Io {
-        path: path.to_path_buf(),
-        source,
+/// The file's metadata, if it is a regular file (else it is foreign).
+fn regular(path: &Path, file: &File) -> Result<Metadata, RegionError> {
+    let meta = file.metadata().map_err(io(path))?;
+    if !meta.file_type().is_file() {
+        return Err(RegionError::Foreign {
+            path: path.to_path_buf(),
+        });
     }
+    Ok(meta)
 }
 
 const FLAGS: i32 = libc::O_NOCTTY | libc::O_CLOEXEC | libc::O_NOFOLLOW;
@@ -72,12 +67,7 @@ impl Limits {
             }
             Err(e) => return Err(io(path)(e)),
         };
-        let meta = file.metadata().map_err(io(path))?;
-        if !meta.file_type().is_file() {
-            return Err(RegionError::Foreign {
-                path: path.to_path_buf(),
-            });
-        }
+        let meta = regular(path, &file)?;
         if meta.len() != LIMITS_SIZE as u64 {
             // Only the daemon writes this file: a wrong size is a leftover of another
             // build, made whole again (no library maps a file of the wrong size).
@@ -88,7 +78,7 @@ impl Limits {
             file.set_permissions(std::fs::Permissions::from_mode(MODE))
                 .map_err(io(path))?;
         }
-        let limits = Limits::map(path, file, true)?;
+        let limits = Limits(Mapped::map(path, file, true)?);
         for (dev, word) in limits.layout().memory_caps.iter().enumerate() {
             // Relaxed: see `set_memory_cap`.
             word.store(
@@ -96,10 +86,10 @@ impl Limits {
                 Ordering::Relaxed,
             );
         }
-        // SAFETY: the mapping is LIMITS_SIZE bytes and writable; nothing reads the header
-        // before it is complete except a library that then refuses it (and fails closed)
-        // until the daemon has answered, which is after this.
-        let layout = unsafe { &mut *limits.layout.as_ptr() };
+        // SAFETY: the mapping is writable and no reference to the layout is alive here;
+        // nothing reads the header before it is complete except a library that then
+        // refuses it (and fails closed) until the daemon has answered, which is after this.
+        let layout = unsafe { limits.0.get_mut() };
         layout.magic = LIMITS_MAGIC;
         layout.abi_version = ABI_VERSION;
         Ok(limits)
@@ -114,12 +104,7 @@ impl Limits {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(io(path)(e)),
         };
-        let meta = file.metadata().map_err(io(path))?;
-        if !meta.file_type().is_file() {
-            return Err(RegionError::Foreign {
-                path: path.to_path_buf(),
-            });
-        }
+        let meta = regular(path, &file)?;
         if meta.len() != LIMITS_SIZE as u64 {
             return Err(RegionError::Truncated {
                 path: path.to_path_buf(),
@@ -127,7 +112,7 @@ impl Limits {
                 expected: LIMITS_SIZE as u64,
             });
         }
-        let limits = Limits::map(path, file, false)?;
+        let limits = Limits(Mapped::map(path, file, false)?);
         let layout = limits.layout();
         if layout.magic != LIMITS_MAGIC {
             return Err(RegionError::Foreign {
@@ -144,41 +129,8 @@ impl Limits {
         Ok(Some(limits))
     }
 
-    fn map(path: &Path, file: File, writable: bool) -> Result<Limits, RegionError> {
-        let prot = if writable {
-            libc::PROT_READ | libc::PROT_WRITE
-        } else {
-            libc::PROT_READ
-        };
-        // SAFETY: maps LIMITS_SIZE bytes of an open file, shared; the result is checked.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                LIMITS_SIZE,
-                prot,
-                libc::MAP_SHARED,
-                file.as_raw_fd(),
-                0,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(io(path)(std::io::Error::last_os_error()));
-        }
-        let layout =
-            NonNull::new(ptr.cast::<LimitsLayout>()).ok_or_else(|| RegionError::Foreign {
-                path: path.to_path_buf(),
-            })?;
-        Ok(Limits {
-            layout,
-            writable,
-            guard: crate::fault::guard(ptr as usize, LIMITS_SIZE),
-            _file: file,
-        })
-    }
-
     fn layout(&self) -> &LimitsLayout {
-        // SAFETY: a live mapping of LIMITS_SIZE bytes with the layout's alignment (a page).
-        unsafe { self.layout.as_ref() }
+        self.0.get()
     }
 
     /// The declared cap of device `dev`; `None` when unlimited, 0 past the last device.
@@ -197,7 +149,7 @@ impl Limits {
 
     /// Sets the declared cap of device `dev` (`controld`; ignored on a read-only mapping).
     pub fn set_memory_cap(&self, dev: usize, cap: Option<u64>) {
-        if let (Some(w), true) = (self.cap_word(dev), self.writable) {
+        if let (Some(w), true) = (self.cap_word(dev), self.0.writable()) {
             // Relaxed: a single word with no data published under it; a reservation
             // racing with a change is judged against either value, as with the region's.
             w.store(cap.unwrap_or(UNLIMITED), Ordering::Relaxed);
@@ -221,16 +173,6 @@ fn reopen_writable(path: &Path) -> std::io::Result<File> {
         .open(format!("/proc/self/fd/{}", reader.as_raw_fd()));
     reader.set_permissions(std::fs::Permissions::from_mode(MODE))?;
     writer
-}
-
-impl Drop for Limits {
-    fn drop(&mut self) {
-        if let Some(slot) = self.guard {
-            crate::fault::unguard(slot);
-        }
-        // SAFETY: unmaps exactly the mapping made in `map`; nothing refers to it after drop.
-        unsafe { libc::munmap(self.layout.as_ptr().cast(), LIMITS_SIZE) };
-    }
 }
 
 #[cfg(test)]
