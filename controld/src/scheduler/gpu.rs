@@ -171,9 +171,9 @@ struct Entry {
 
 impl Entry {
     /// Holds the container's bucket to this daemon's record before a refill: a bucket
-    /// raised since the last refill is put back where the daemon left it (less nothing: the
-    /// raise hid any charges), and the fall since is what the container paid, the most a
-    /// refund may give back. Returns the refund allowed of `refund_ns`.
+    /// raised since the last refill is put back where the daemon left it, less what the
+    /// container was charged since (`measured_ns`'s rise); and what it was charged is the
+    /// most a refund may give back. Returns the refund allowed of `refund_ns`.
     fn hold_to_record(&mut self, a: &ComputeAccount, refund_ns: u64) -> u64 {
         // Relaxed: see `store_if_changed`. In local mode (the daemon was silent and the
         // processes took over, refilling themselves) the record starts again.
@@ -182,7 +182,9 @@ impl Entry {
             .filter(|_| a.mode.load(Ordering::Relaxed) == COMPUTE_DAEMON)
         else {
             self.left_ns = None;
-            return refund_ns.min(self.refundable_ns);
+            let refund = refund_ns.min(self.refundable_ns);
+            self.refundable_ns -= refund;
+            return refund;
         };
         // Relaxed: a counter (see `ComputeAccount::charge`).
         let charged = a.measured_ns.load(Ordering::Relaxed).wrapping_sub(measured);
