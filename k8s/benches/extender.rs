@@ -5,11 +5,11 @@
 use criterion::{criterion_group, criterion_main, Criterion};
 use std::hint::black_box;
 use std::time::{Duration, Instant};
-use tessera_k8s::extender::ask::Ask;
 use tessera_k8s::extender::cluster::{Card, Holder};
 use tessera_k8s::extender::policy::Config;
 use tessera_k8s::extender::protocol::ExtenderArgs;
 use tessera_k8s::extender::Extender;
+use tessera_k8s::requests::Ask;
 use tessera_k8s::sim::{pod_object, PodSpec, CARD_MEMORY};
 
 const NODES: usize = 1000;

@@ -112,6 +112,17 @@ pub fn read(annotations: &BTreeMap<String, String>) -> Result<PodAsk, Annotation
     Ok(ask)
 }
 
+/// The cards a `tessera.dev/gpu` record names: one UUID, or several joined by commas (whole
+/// cards); `None` when there is no record or it does not read as UUIDs.
+pub fn recorded_cards(annotations: &BTreeMap<String, String>) -> Option<Vec<String>> {
+    let cards: Vec<String> = annotations
+        .get(GPU)?
+        .split(',')
+        .map(|s| s.trim().to_string())
+        .collect();
+    cards.iter().all(|c| is_uuid(c)).then_some(cards)
+}
+
 /// Whether `text` looks like a GPU UUID (`GPU-` and hex digits with dashes).
 pub fn is_uuid(text: &str) -> bool {
     text.starts_with("GPU-")

@@ -12,6 +12,12 @@ pub const MEMORY_RESOURCE: &str = "tessera.dev/gpu-memory";
 pub const CORES_PER_GPU: u32 = 100;
 /// The memory one memory ID stands for.
 pub const MEMORY_UNIT: u64 = 1 << 30;
+/// Whether a core request of `count` IDs is whole cards (a multiple of 100), which are given
+/// whole rather than shared.
+pub fn is_whole(count: usize) -> bool {
+    count >= CORES_PER_GPU as usize && count.is_multiple_of(CORES_PER_GPU as usize)
+}
+
 /// The longest device ID the kubelet accepts in its checkpoint and pod-resources answers.
 pub const MAX_ID_LEN: usize = 63;
 

@@ -7,6 +7,8 @@
 //! `proto/`), to controld through its control API only ([`controld`]), and to the API server
 //! through kube ([`pods`], [`gpu`]).
 //!
+//! What a pod asks of the cards ([`requests`]) is read one way for both sides.
+//!
 //! In the cluster: the kube-scheduler extender ([`extender`]) that places pods on nodes and
 //! cards. [`sim`] is an in-process cluster (a fake API server, simulated nodes and cards, a
 //! scheduler loop that calls the extender over HTTP) for tests and benchmarks.
@@ -22,5 +24,6 @@ pub mod plugin;
 pub mod podresources;
 pub mod pods;
 pub mod proto;
+pub mod requests;
 pub mod sim;
 pub mod uds;

@@ -2,7 +2,7 @@
 
 use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, PostParams};
+use kube::api::{Api, ListParams, PostParams};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// The component named in the events the plugin leaves.
@@ -13,6 +13,12 @@ pub async fn get(client: &kube::Client, namespace: &str, name: &str) -> Result<P
     Api::<Pod>::namespaced(client.clone(), namespace)
         .get(name)
         .await
+}
+
+/// The pods bound to `node`.
+pub async fn on_node(client: &kube::Client, node: &str) -> Result<Vec<Pod>, kube::Error> {
+    let on_node = ListParams::default().fields(&format!("spec.nodeName={node}"));
+    Ok(Api::<Pod>::all(client.clone()).list(&on_node).await?.items)
 }
 
 /// Leaves a warning on a pod, for `kubectl describe pod` to show. Best effort: a failure is

@@ -18,6 +18,61 @@ use tessera_tests::{artifacts, run_with_timeout, stdout_json};
 
 const NS: &str = "lab";
 
+/// The real extender on the cluster's API server, and the simulator's scheduler calling it.
+async fn start_extender(cluster: &Cluster) -> (SimExtender, Scheduler) {
+    let extender = SimExtender::start(
+        "127.0.0.1:0".parse().unwrap(),
+        Config::default(),
+        cluster.api.client(),
+    )
+    .unwrap();
+    let scheduler = Scheduler::new(format!("http://{}", extender.addr));
+    wait_until(
+        Duration::from_secs(20),
+        "the extender has read the cluster",
+        || scheduler.extender_ready(),
+    )
+    .await;
+    (extender, scheduler)
+}
+
+/// Schedules a pod through the extender, then admits and starts it through the fake kubelet
+/// and the real plugin; the card the extender recorded, and the IDs the kubelet gave.
+async fn place_and_run(
+    cluster: &Cluster,
+    scheduler: &Scheduler,
+    name: &str,
+    spec: &PodSpec,
+) -> (String, support::fake_kubelet::Admitted) {
+    cluster.api.create_pod(pod_object(NS, name, spec));
+    let outcome = scheduler
+        .schedule(&[NODE.to_string()], || cluster.api.pod(NS, name))
+        .await;
+    assert_eq!(outcome, Outcome::Placed(NODE.into()), "{name}");
+    let pod = cluster.api.pod(NS, name).unwrap();
+    let recorded = pod["metadata"]["annotations"]["tessera.dev/gpu"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // The kubelet offers every free ID of the node; the plugin prefers the recorded card,
+    // and its PreStart checks the card against the record.
+    let ask = PodAsk {
+        namespace: NS.into(),
+        name: name.to_string(),
+        core: spec.core as usize,
+        memory_gib: spec.memory_gib as usize,
+    };
+    let got = cluster
+        .kubelet
+        .run_pod(&ask)
+        .await
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+    for id in got.core_ids.iter().chain(&got.memory_ids) {
+        assert_eq!(DeviceId::parse(id).unwrap().uuid, recorded, "{name}: {id}");
+    }
+    (recorded, got)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pods_placed_by_the_extender_run_on_their_cards_with_their_caps() {
     let cluster = Cluster::start("extender").await;
@@ -34,19 +89,7 @@ async fn pods_placed_by_the_extender_run_on_their_cards_with_their_caps() {
     let uuid_of = |index: usize| status.gpus[index].uuid.clone();
     let index_of = |uuid: &str| status.gpus.iter().find(|g| g.uuid == uuid).unwrap().index;
 
-    let extender = SimExtender::start(
-        "127.0.0.1:0".parse().unwrap(),
-        Config::default(),
-        cluster.api.client(),
-    )
-    .unwrap();
-    let scheduler = Scheduler::new(format!("http://{}", extender.addr));
-    wait_until(
-        Duration::from_secs(20),
-        "the extender has read the cluster",
-        || scheduler.extender_ready(),
-    )
-    .await;
+    let (_extender, scheduler) = start_extender(&cluster).await;
 
     // Offline pods pack: the first two and the last share GPU 0, the 50 % one goes to GPU 1.
     let pods = [("p2", 30, 8), ("p4", 30, 8), ("p6", 50, 6), ("p8", 40, 4)];
@@ -62,32 +105,8 @@ async fn pods_placed_by_the_extender_run_on_their_cards_with_their_caps() {
             ],
             ..Default::default()
         };
-        cluster.api.create_pod(pod_object(NS, name, &spec));
-        let outcome = scheduler
-            .schedule(&[NODE.to_string()], || cluster.api.pod(NS, name))
-            .await;
-        assert_eq!(outcome, Outcome::Placed(NODE.into()), "{name}");
-        let pod = cluster.api.pod(NS, name).unwrap();
-        let recorded = pod["metadata"]["annotations"]["tessera.dev/gpu"]
-            .as_str()
-            .unwrap()
-            .to_string();
+        let (recorded, got) = place_and_run(&cluster, &scheduler, name, &spec).await;
         assert_eq!(recorded, uuid_of(card), "{name}: the extender's card");
-        // The kubelet admits it; the plugin's PreStart checks the card against the record.
-        let ask = PodAsk {
-            namespace: NS.into(),
-            name: name.to_string(),
-            core: *core as usize,
-            memory_gib: *memory_gib as usize,
-        };
-        let got = cluster
-            .kubelet
-            .run_pod(&ask)
-            .await
-            .unwrap_or_else(|e| panic!("{name}: {e}"));
-        for id in got.core_ids.iter().chain(&got.memory_ids) {
-            assert_eq!(DeviceId::parse(id).unwrap().uuid, recorded, "{name}: {id}");
-        }
         admitted.push((name, *core, *memory_gib, recorded, got));
     }
 
@@ -195,4 +214,56 @@ async fn pods_placed_by_the_extender_run_on_their_cards_with_their_caps() {
             "GPU {card}: {row:?}"
         );
     }
+}
+
+/// Online pods are spread: the second goes to the emptier card although the first card, the
+/// fullest, also fits, which is where the plugin would put it by its own preference. The
+/// plugin must follow the extender's record, whichever resource the kubelet asks first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spread_pods_get_the_card_the_extender_chose_not_the_fullest() {
+    let cluster = Cluster::start("spread").await;
+    wait_until(Duration::from_secs(20), "two GPU objects", || async {
+        cluster.api.gpus().len() == 2
+    })
+    .await;
+    let status = cluster.controld.status().await.unwrap();
+    let (_extender, scheduler) = start_extender(&cluster).await;
+    let online = |core, memory_gib| PodSpec {
+        core,
+        memory_gib,
+        annotations: vec![("tessera.dev/priority".into(), "online".into())],
+        ..Default::default()
+    };
+    // Names of both parities: the fake kubelet asks memory first for half of them.
+    let mut cards = Vec::new();
+    for (name, spec) in [
+        ("web-a", online(30, 8)),
+        ("web-bb", online(20, 4)),
+        ("web-ccc", online(30, 8)),
+        ("web-d", online(10, 2)),
+    ] {
+        let (recorded, got) = place_and_run(&cluster, &scheduler, name, &spec).await;
+        let container = cluster
+            .containers()
+            .await
+            .into_iter()
+            .find(|c| c.spec.name.as_str() == container_of(&got.core))
+            .unwrap_or_else(|| panic!("{name}: no container"));
+        let index = status
+            .gpus
+            .iter()
+            .find(|g| g.uuid == recorded)
+            .unwrap()
+            .index;
+        assert_eq!(container.spec.gpus.as_slice(), &[index], "{name}");
+        cards.push(index);
+    }
+    // Spread, by load (core share + memory share): web-a opens one card (0.5), web-bb the
+    // other (0.3), web-ccc joins web-bb (0.3 < 0.5, then 0.8), web-d joins web-a (0.5 < 0.8).
+    // The plugin alone would have put web-bb, web-ccc and web-d on the fullest card.
+    assert_ne!(cards[0], cards[1], "{cards:?}");
+    assert_eq!(cards[2], cards[1], "{cards:?}");
+    assert_eq!(cards[3], cards[0], "{cards:?}");
+    let log = cluster.plugin_log();
+    assert!(!log.contains("fit only elsewhere"), "{log}");
 }

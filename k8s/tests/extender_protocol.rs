@@ -7,10 +7,10 @@
 use serde_json::Value;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tessera_k8s::extender::ask::Ask;
 use tessera_k8s::extender::cluster::{Card, Holder};
 use tessera_k8s::extender::policy::Config;
 use tessera_k8s::extender::{http, Extender};
+use tessera_k8s::requests::Ask;
 use tessera_k8s::sim::api::FakeApi;
 use tessera_k8s::sim::scheduler::Scheduler;
 

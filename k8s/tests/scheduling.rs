@@ -353,3 +353,57 @@ async fn node_and_card_levels_follow_their_own_policy_per_pod() {
         assert_eq!(core, expected, "{node}/{index}");
     }
 }
+
+/// A pod bound without the extender (another scheduler, or its own `nodeName`) has no card
+/// recorded; its node's plugin publishes where it runs, and the extender counts it there, so
+/// that pods it places next never land on a card that pod already fills.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_placed_by_another_scheduler_count_where_their_node_published_them() {
+    let cluster = SimCluster::start(1, 2, both(Policy::Binpack))
+        .await
+        .unwrap();
+    let node = cluster.node_names()[0].clone();
+    let by_hand = PodSpec {
+        core: 70,
+        memory_gib: 8,
+        ..Default::default()
+    };
+    cluster.place_by_hand(NS, "by-hand", &node, &by_hand);
+    let (_, index, core, _, _) = cluster
+        .cards()
+        .into_iter()
+        .find(|c| c.2 > 0)
+        .expect("the node admitted the pod");
+    assert_eq!(core, 70);
+    let uuid = cluster
+        .api
+        .gpus()
+        .into_values()
+        .find(|g| g["spec"]["index"] == index)
+        .unwrap()["spec"]["uuid"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while cluster.extender_counts(&uuid).core != 70 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the extender never counted the published pod"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    // Binpack would put the 40s on the fullest card; only one card has room for 40.
+    let pods = vec![
+        PodSpec {
+            core: 40,
+            memory_gib: 4,
+            ..Default::default()
+        };
+        3
+    ];
+    let outcomes = run_and_check(&cluster, &pods).await;
+    assert_eq!(placed(&outcomes), 2, "{outcomes:?}");
+    let mut cores: Vec<u32> = cluster.cards().into_iter().map(|c| c.2).collect();
+    cores.sort_unstable();
+    assert_eq!(cores, [70, 80]);
+}

@@ -3,11 +3,15 @@
 //! counted at once until the pod is seen bound or the TTL runs out. A restarted extender
 //! rebuilds the cache from the annotations of pods not bound yet.
 //!
+//! Pods that hold IDs without a record (placed by another scheduler, or by hand with
+//! `nodeName`) are known from the holders each node's plugin publishes in its cards' `GPU`
+//! status: those not counted through a record count as published.
+//!
 //! Nothing here locks a node: the state is this process's own, behind one mutex held only
 //! while a verb computes; the API server is never asked to serialize placements.
 
-use super::ask::Ask;
 use crate::ids::{CORES_PER_GPU, MEMORY_UNIT};
+use crate::requests::Ask;
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
@@ -54,6 +58,18 @@ pub struct Used {
 }
 
 impl Used {
+    fn plus(&mut self, other: &Used) {
+        self.core += other.core;
+        self.memory += other.memory;
+        self.pods += other.pods;
+    }
+
+    fn minus(&mut self, other: &Used) {
+        self.core = self.core.saturating_sub(other.core);
+        self.memory = self.memory.saturating_sub(other.memory);
+        self.pods = self.pods.saturating_sub(other.pods);
+    }
+
     fn add(&mut self, ask: &Ask, card_memory: u64) {
         if ask.is_whole() {
             self.core += CORES_PER_GPU;
@@ -125,7 +141,16 @@ pub struct Cluster {
     assumed: HashMap<String, (Holder, Instant)>,
     /// Node → its cards, by index.
     nodes: HashMap<String, Vec<Card>>,
-    /// Card UUID → what the counted pods take of it.
+    /// Card UUID → its holders as its node's plugin published them: pod key → what it holds.
+    published: HashMap<String, Vec<(String, Used)>>,
+    /// Pod key → the cards whose published holders name it.
+    published_pods: HashMap<String, Vec<String>>,
+    /// Pod key → how many entries of `bound` and `assumed` hold it (a pod counted through its
+    /// record is not counted again as published).
+    recorded: HashMap<String, u32>,
+    /// Card UUID → what its published holders without a record take of it.
+    unrecorded: Taken,
+    /// Card UUID → what the counted pods take of it: by record, and published without one.
     taken: Taken,
 }
 
@@ -145,9 +170,7 @@ impl Usage<'_> {
             return used;
         }
         if let Some(less) = self.less.get(uuid) {
-            used.core = used.core.saturating_sub(less.core);
-            used.memory = used.memory.saturating_sub(less.memory);
-            used.pods = used.pods.saturating_sub(less.pods);
+            used.minus(less);
         }
         used
     }
@@ -166,6 +189,15 @@ impl Cluster {
     /// Sets the cards (all of them, as listed or watched).
     pub fn set_cards(&mut self, cards: impl IntoIterator<Item = Card>) {
         self.cards = cards.into_iter().map(|c| (c.uuid.clone(), c)).collect();
+        let gone: Vec<String> = self
+            .published
+            .keys()
+            .filter(|uuid| !self.cards.contains_key(*uuid))
+            .cloned()
+            .collect();
+        for uuid in gone {
+            self.set_published(&uuid, Vec::new());
+        }
         self.reindex();
     }
 
@@ -178,6 +210,7 @@ impl Cluster {
     /// Removes one card.
     pub fn remove_card(&mut self, uuid: &str) {
         self.cards.remove(uuid);
+        self.set_published(uuid, Vec::new());
         self.reindex();
     }
 
@@ -198,7 +231,7 @@ impl Cluster {
     }
 
     fn recount(&mut self) {
-        let mut taken = Taken::default();
+        let mut taken = self.unrecorded.clone();
         let counted = self.bound.values().chain(
             self.assumed
                 .iter()
@@ -210,11 +243,83 @@ impl Cluster {
                 let memory = self.cards.get(uuid).map_or(0, |c| c.memory);
                 taken
                     .entry(uuid.clone())
-                    .or_insert_with(Used::default)
+                    .or_default()
                     .add(&holder.ask, memory);
             }
         }
         self.taken = taken;
+    }
+
+    /// Sets the holders a card's node published (its `GPU` status), as pod key → what each
+    /// holds.
+    pub fn set_published(&mut self, uuid: &str, holders: Vec<(String, Used)>) {
+        if let Some(old) = self.published.remove(uuid) {
+            for (pod, _) in old {
+                if let Some(cards) = self.published_pods.get_mut(&pod) {
+                    cards.retain(|c| c != uuid);
+                    if cards.is_empty() {
+                        self.published_pods.remove(&pod);
+                    }
+                }
+            }
+        }
+        for (pod, _) in &holders {
+            self.published_pods
+                .entry(pod.clone())
+                .or_default()
+                .push(uuid.to_string());
+        }
+        if !holders.is_empty() {
+            self.published.insert(uuid.to_string(), holders);
+        }
+        self.refresh_unrecorded(uuid);
+    }
+
+    /// Sums a card's published holders that no record counts, into `unrecorded` and `taken`.
+    fn refresh_unrecorded(&mut self, uuid: &str) {
+        let mut sum = Used::default();
+        for (pod, used) in self.published.get(uuid).into_iter().flatten() {
+            if !self.recorded.contains_key(pod) {
+                sum.plus(used);
+            }
+        }
+        let old = if sum == Used::default() {
+            self.unrecorded.remove(uuid)
+        } else {
+            self.unrecorded.insert(uuid.to_string(), sum)
+        };
+        let taken = self.taken.entry(uuid.to_string()).or_default();
+        if let Some(old) = old {
+            taken.minus(&old);
+        }
+        taken.plus(&sum);
+    }
+
+    /// One more (or one fewer) entry holds `pod` in `bound` or `assumed`; when it starts or
+    /// stops being recorded, its published holdings stop or start counting.
+    fn track(&mut self, pod: &str, more: bool) {
+        let changed = if more {
+            let n = self.recorded.entry(pod.to_string()).or_default();
+            *n += 1;
+            *n == 1
+        } else {
+            match self.recorded.get_mut(pod) {
+                Some(n) if *n > 1 => {
+                    *n -= 1;
+                    false
+                }
+                Some(_) => {
+                    self.recorded.remove(pod);
+                    true
+                }
+                None => false,
+            }
+        };
+        if changed {
+            for uuid in self.published_pods.get(pod).cloned().unwrap_or_default() {
+                self.refresh_unrecorded(&uuid);
+            }
+        }
     }
 
     fn count(&mut self, holder: &Holder, counts: bool) {
@@ -246,10 +351,12 @@ impl Cluster {
         if !bound {
             self.count(&holder, true);
         }
+        self.track(&holder.pod, true);
         if let Some((old, _)) = self.assumed.insert(uid.to_string(), (holder, until)) {
             if !bound {
                 self.count(&old, false);
             }
+            self.track(&old.pod, false);
         }
     }
 
@@ -264,6 +371,7 @@ impl Cluster {
             if !self.bound.contains_key(uid) {
                 self.count(&old, false);
             }
+            self.track(&old.pod, false);
         }
     }
 
@@ -272,6 +380,7 @@ impl Cluster {
         self.unbind(uid);
         self.forget(uid);
         self.count(&holder, true);
+        self.track(&holder.pod, true);
         self.bound.insert(uid.to_string(), holder);
     }
 
@@ -282,12 +391,16 @@ impl Cluster {
             if let Some((assumed, _)) = self.assumed.get(uid).cloned() {
                 self.count(&assumed, true);
             }
+            self.track(&old.pod, false);
         }
     }
 
     /// Forgets every bound pod (before a fresh list).
     pub fn clear_bound(&mut self) {
-        self.bound.clear();
+        let pods: Vec<String> = self.bound.drain().map(|(_, h)| h.pod).collect();
+        for pod in pods {
+            self.track(&pod, false);
+        }
         self.recount();
     }
 
@@ -449,6 +562,66 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
+    fn card_of(holder: &Holder) -> String {
+        holder.cards[0].clone()
+    }
+
+    #[test]
+    fn pods_without_a_record_count_as_their_node_published_them() {
+        let mut cluster = Cluster::default();
+        cluster.set_cards([Card {
+            uuid: "GPU-0".into(),
+            node: "a".into(),
+            index: 0,
+            memory: 40 * MEMORY_UNIT,
+            healthy: true,
+        }]);
+        let by_hand = Used {
+            core: 60,
+            memory: 8 * MEMORY_UNIT,
+            pods: 1,
+        };
+        let placed = Used {
+            core: 20,
+            memory: 4 * MEMORY_UNIT,
+            pods: 1,
+        };
+        cluster.set_published(
+            "GPU-0",
+            vec![("ns/by-hand".into(), by_hand), ("ns/placed".into(), placed)],
+        );
+        // Neither has a record yet: both count.
+        assert_eq!(cluster.usage(None).get("GPU-0").core, 80);
+        // "placed" is seen bound with its record: it counts once, through the record.
+        let holder = Holder {
+            pod: "ns/placed".into(),
+            cards: vec!["GPU-0".into()],
+            ask: Ask {
+                core: 20,
+                memory: 4 * MEMORY_UNIT,
+            },
+            priority: 0,
+        };
+        cluster.put_bound("uid-placed", holder);
+        let used = cluster.usage(None).get("GPU-0");
+        assert_eq!(
+            (used.core, used.memory, used.pods),
+            (80, 12 * MEMORY_UNIT, 2)
+        );
+        // A 30-core pod no longer fits; the reason counts the pod placed by hand.
+        let ask = Ask {
+            core: 30,
+            memory: MEMORY_UNIT,
+        };
+        let why = why_not(&cluster, "a", &ask, &cluster.usage(None)).unwrap();
+        assert!(why.contains("20 core"), "{why}");
+        // The node stops publishing the pod placed by hand: its share is free again.
+        cluster.set_published("GPU-0", vec![("ns/placed".into(), placed)]);
+        assert_eq!(cluster.usage(None).get("GPU-0").core, 20);
+        cluster.remove_card("GPU-0");
+        assert!(cluster.unrecorded.is_empty());
+    }
+
     #[test]
     fn counts_kept_along_the_way_equal_counts_made_afresh() {
         let mut cluster = Cluster::default();
@@ -482,7 +655,15 @@ mod tests {
                 priority: 0,
             };
             let now = start + Duration::from_millis(u64::from(step));
-            match (seed >> 24) % 6 {
+            let published = Used {
+                core: 10,
+                memory: MEMORY_UNIT,
+                pods: 1,
+            };
+            match (seed >> 24) % 8 {
+                // The node publishes this pod on the card, or nothing on it.
+                6 => cluster.set_published(&card_of(&holder), vec![(uid.clone(), published)]),
+                7 => cluster.set_published(&card_of(&holder), Vec::new()),
                 0 => cluster.assume(&uid, holder, now + Duration::from_millis(30)),
                 1 => cluster.put_bound(&uid, holder),
                 2 => cluster.forget(&uid),
@@ -491,6 +672,17 @@ mod tests {
                 _ => cluster.expire(now),
             }
             let kept = cluster.taken.clone();
+            let mut unrecorded = Taken::default();
+            for (uuid, holders) in &cluster.published {
+                for (pod, used) in holders {
+                    let recorded = cluster.bound.values().any(|h| h.pod == *pod)
+                        || cluster.assumed.values().any(|(h, _)| h.pod == *pod);
+                    if !recorded {
+                        unrecorded.entry(uuid.clone()).or_default().plus(used);
+                    }
+                }
+            }
+            assert_eq!(unrecorded, cluster.unrecorded, "step {step}");
             cluster.recount();
             let fresh = &cluster.taken;
             for uuid in cluster.cards.keys() {

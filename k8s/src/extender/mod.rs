@@ -3,14 +3,13 @@
 //! and 4 GiB lands where one card has both, on the card the policy chooses.
 //!
 //! - [`protocol`]: the extender protocol's JSON, declared from its definition.
-//! - [`ask`]: what a pod asks; [`policy`]: binpack or spread, per level, with the cluster
-//!   default and the pod's overrides.
+//! - [`policy`]: binpack or spread, per level, with the cluster default and the pod's
+//!   overrides; what a pod asks is [`crate::requests`].
 //! - [`cluster`]: cards, holders and the assume cache; [`place`]: card choice and node
 //!   scores; [`preempt`]: victims that free one card.
 //! - [`verbs`]: filter, prioritize, bind, preempt; [`http`]: the routes; [`watch`]: the
 //!   GPU objects and pods from the API server.
 
-pub mod ask;
 pub mod cluster;
 pub mod http;
 pub mod place;

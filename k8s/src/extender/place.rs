@@ -7,10 +7,10 @@
 //! that partly used cards fill before a card is opened; `spread` prefers the node whose
 //! chosen card is emptiest now, then the emptiest node, so that load is even card by card.
 
-use super::ask::Ask;
 use super::cluster::{load, share_fits, Card, Cluster, Usage, Used};
 use super::policy::{Placement, Policy};
 use super::protocol::MAX_SCORE;
+use crate::requests::Ask;
 
 /// A node's cards, by index, each with what is taken of it: read once per verb and node.
 fn with_use<'a>(cluster: &'a Cluster, node: &str, usage: &Usage) -> Vec<(&'a Card, Used)> {

@@ -3,8 +3,8 @@
 //! not on any one card. Here a share needs one card freed enough, whole cards need cards
 //! emptied; the fewest victims win, lowest priority and largest first.
 
-use super::ask::Ask;
 use super::cluster::{load, share_fits, Cluster, Usage, Used};
+use crate::requests::Ask;
 use std::collections::BTreeSet;
 use std::time::Instant;
 

@@ -3,7 +3,6 @@
 //! card policy's card, recorded on the pod, then the binding) and preempt (victims that free
 //! enough on one card).
 
-use super::ask::Ask;
 use super::cluster::{why_not, Cluster, Holder};
 use super::place::{choose_cards, node_key, scores};
 use super::policy::{Config, Placement};
@@ -13,6 +12,7 @@ use super::protocol::{
     MetaVictims,
 };
 use crate::annotations::GPU;
+use crate::requests::Ask;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use std::collections::{BTreeMap, BTreeSet};

@@ -3,11 +3,11 @@
 //! cache: a pod with `tessera.dev/gpu` but not bound yet was placed by an extender that may
 //! have stopped between recording the card and the binding; its card counts for one TTL.
 
-use super::ask::Ask;
-use super::cluster::{Card, Holder};
+use super::cluster::{Card, Holder, Used};
 use super::verbs::{pod_key, Extender};
-use crate::annotations::{is_uuid, GPU as GPU_ANNOTATION};
+use crate::annotations::recorded_cards;
 use crate::gpu::GPU;
+use crate::requests::Ask;
 use futures_util::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, WatchEvent, WatchParams};
@@ -29,21 +29,43 @@ pub fn card_of(gpu: &GPU) -> Card {
     }
 }
 
+/// The holders a card's node published, as pod key (`namespace/name`) → what the pod's
+/// containers hold of the card together.
+pub fn published_of(gpu: &GPU) -> Vec<(String, Used)> {
+    let mut pods: Vec<(String, Used)> = Vec::new();
+    for holder in gpu.status.iter().flat_map(|s| &s.holders) {
+        let key = format!("{}/{}", holder.namespace, holder.pod);
+        let at = match pods.iter().position(|(k, _)| *k == key) {
+            Some(at) => at,
+            None => {
+                pods.push((
+                    key,
+                    Used {
+                        pods: 1,
+                        ..Used::default()
+                    },
+                ));
+                pods.len() - 1
+            }
+        };
+        let used = &mut pods[at].1;
+        used.core = used.core.saturating_add(holder.core);
+        used.memory = used.memory.saturating_add(holder.memory);
+    }
+    pods
+}
+
+/// A card and its published holders into the state.
+fn put_gpu(state: &mut super::cluster::Cluster, gpu: &GPU) {
+    state.put_card(card_of(gpu));
+    state.set_published(&gpu.spec.uuid, published_of(gpu));
+}
+
 /// What a pod holds: its UID, the holder, and whether it is bound; `None` for a pod that
 /// holds no card (no `tessera.dev/gpu`, finished, or asking nothing).
 pub fn holder_of(pod: &Pod) -> Option<(String, Holder, bool)> {
     let uid = pod.metadata.uid.clone()?;
-    let cards: Vec<String> = pod
-        .metadata
-        .annotations
-        .as_ref()?
-        .get(GPU_ANNOTATION)?
-        .split(',')
-        .map(|s| s.trim().to_string())
-        .collect();
-    if !cards.iter().all(|c| is_uuid(c)) {
-        return None;
-    }
+    let cards = recorded_cards(pod.metadata.annotations.as_ref()?)?;
     let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
     if matches!(phase, Some("Succeeded" | "Failed")) {
         return None;
@@ -100,12 +122,15 @@ async fn follow_gpus(progress: Arc<Progress>, api: Api<GPU>) {
         {
             let mut state = progress.state();
             state.set_cards(listed.iter().map(card_of));
+            for gpu in &listed {
+                state.set_published(&gpu.spec.uuid, published_of(gpu));
+            }
         }
         progress.listed(0b01);
         let watched = watch(&api, &version, |event| {
             let mut state = progress.state();
             match event {
-                WatchEvent::Added(gpu) | WatchEvent::Modified(gpu) => state.put_card(card_of(&gpu)),
+                WatchEvent::Added(gpu) | WatchEvent::Modified(gpu) => put_gpu(&mut state, &gpu),
                 WatchEvent::Deleted(gpu) => state.remove_card(&gpu.spec.uuid),
                 _ => {}
             }

@@ -16,7 +16,7 @@
 
 use super::Config;
 use crate::cards::Card;
-use crate::ids::{container_name, DeviceId, Resource, CORES_PER_GPU};
+use crate::ids::{container_name, is_whole, DeviceId, Resource, CORES_PER_GPU};
 use crate::proto::deviceplugin::{CdiDevice, ContainerAllocateResponse, DeviceSpec, Mount};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -96,11 +96,6 @@ pub fn cards_of<'c>(
         uuids.insert(id.uuid);
     }
     Ok(cards.iter().filter(|c| uuids.contains(&c.uuid)).collect())
-}
-
-/// Whether a core request is whole cards.
-pub fn is_whole(count: usize) -> bool {
-    count >= CORES_PER_GPU as usize && count.is_multiple_of(CORES_PER_GPU as usize)
 }
 
 /// The answer for one container's IDs of `resource`: with a CDI dir, a shared container's

@@ -4,11 +4,12 @@
 //! - [`registration`] serves the sockets and registers them, again whenever the kubelet
 //!   restarts (its socket is recreated, or ours are gone).
 //! - [`service`] answers the kubelet: ListAndWatch (health from NVML), GetPreferredAllocation
-//!   ([`prefer`]), Allocate ([`allocate`]) and PreStartContainer ([`prestart`]), where the
+//!   ([`prefer`], on the card the scheduler recorded for the pod [`admitting`]), Allocate ([`allocate`]) and PreStartContainer ([`prestart`]), where the
 //!   pod is found through the pod-resources API and controld creates the container.
 //! - [`reconcile`] removes the containers of pods that are gone and rebuilds the table of
 //!   holders after a restart; [`resize`] follows the annotations of running pods.
 
+pub mod admitting;
 pub mod allocate;
 pub mod cdi;
 pub mod holders;

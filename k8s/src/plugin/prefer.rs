@@ -1,6 +1,8 @@
 //! GetPreferredAllocation: which IDs the kubelet should pick. A container below a whole card
-//! gets all its core IDs on one card (the fullest that fits, so that whole cards stay free),
-//! and its memory IDs on the same card; a request of 100·n gets n whole cards.
+//! gets all its core IDs on one card, and its memory IDs on the same card; a request of
+//! 100·n gets n whole cards. The card is the one the scheduler extender recorded for the pod
+//! ([`super::admitting`]) where there is one; else the fullest that fits, so that whole cards
+//! stay free.
 
 use crate::ids::{DeviceId, Resource, CORES_PER_GPU};
 use std::collections::BTreeMap;
@@ -54,7 +56,7 @@ impl CoreView {
                 }
             }
         }
-        if !super::allocate::is_whole(ask.size) {
+        if !crate::ids::is_whole(ask.size) {
             self.last_size = ask.size;
         }
     }
@@ -66,16 +68,43 @@ impl CoreView {
     }
 }
 
-/// The IDs to prefer for `ask` of `resource`, and the card they are on (for pairing). A
-/// memory request not paired with its core yet goes, where it can, to a card with `room` for
-/// the core.
+/// What points a request at a card, strongest first.
+#[derive(Clone, Copy)]
+pub struct Hints<'a> {
+    /// The cards the scheduler recorded for the container's pod; empty when none.
+    pub scheduled: &'a [String],
+    /// The card the container's other resource just got.
+    pub paired: Option<&'a str>,
+    /// Whether a card has room for the core of a container like the last one.
+    pub room: &'a dyn Fn(&str) -> bool,
+}
+
+impl Hints<'_> {
+    /// No hint: the fullest card that fits.
+    pub fn none() -> Hints<'static> {
+        Hints {
+            scheduled: &[],
+            paired: None,
+            room: &|_| true,
+        }
+    }
+}
+
+/// The IDs to prefer for `ask` of `resource`, and the card they are on (for pairing): on the
+/// scheduled cards where they fit, else on the paired card where it fits, else on the
+/// fullest card that fits. A memory request not paired with its core yet goes, where it
+/// can, to a card with `room` for the core.
 pub fn choose(
     resource: Resource,
     ask: &Ask,
     card_order: &[String],
-    paired: Option<&str>,
-    room: &dyn Fn(&str) -> bool,
+    hints: Hints,
 ) -> (Vec<String>, Option<String>) {
+    let Hints {
+        scheduled,
+        paired,
+        room,
+    } = hints;
     // Available IDs by card, each list by number; IDs not ours are left to the kubelet.
     let mut by_card: BTreeMap<&str, Vec<(u32, &String)>> = BTreeMap::new();
     for text in &ask.available {
@@ -99,7 +128,7 @@ pub fn choose(
         .iter()
         .filter_map(|t| DeviceId::parse(t).ok().map(|id| id.uuid))
         .collect();
-    let whole = resource == Resource::Core && super::allocate::is_whole(ask.size);
+    let whole = resource == Resource::Core && crate::ids::is_whole(ask.size);
     if whole {
         // Whole cards: every card with all its core IDs free, the must-include ones first.
         let mut cards: Vec<&str> = by_card
@@ -107,7 +136,12 @@ pub fn choose(
             .filter(|(_, ids)| ids.len() == CORES_PER_GPU as usize)
             .map(|(uuid, _)| *uuid)
             .collect();
-        cards.sort_by_key(|uuid| !must_cards.iter().any(|m| m == uuid));
+        cards.sort_by_key(|uuid| {
+            (
+                !must_cards.iter().any(|m| m == uuid),
+                !scheduled.iter().any(|m| m == uuid),
+            )
+        });
         let wanted = ask.size / CORES_PER_GPU as usize;
         if cards.len() >= wanted {
             let ids = cards[..wanted]
@@ -140,13 +174,16 @@ pub fn choose(
             })
             .map(|(uuid, _)| uuid.to_string())
     };
-    let card = paired
-        .filter(|uuid| fits(uuid))
-        .map(str::to_string)
-        .or_else(|| {
-            let with_room = resource == Resource::Memory && paired.is_none();
-            fullest(with_room).or_else(|| fullest(false))
-        });
+    let card = match scheduled {
+        [one] if fits(one) => Some(one.as_str()),
+        _ => None,
+    }
+    .or(paired.filter(|uuid| fits(uuid)))
+    .map(str::to_string)
+    .or_else(|| {
+        let with_room = resource == Resource::Memory && paired.is_none();
+        fullest(with_room).or_else(|| fullest(false))
+    });
     let Some(card) = card else {
         return (fallback(ask), None);
     };
@@ -212,21 +249,80 @@ mod tests {
             must_include: vec![],
             size: 30,
         };
-        let (chosen, card) = choose(Resource::Core, &ask, &order, None, &|_| true);
+        let (chosen, card) = choose(Resource::Core, &ask, &order, Hints::none());
         assert_eq!(card.as_deref(), Some("GPU-b"));
         assert_eq!(chosen, ids("GPU-b", Resource::Core, 60..90));
         // Paired with a memory choice on GPU-a, it goes there.
-        let (chosen, card) = choose(Resource::Core, &ask, &order, Some("GPU-a"), &|_| true);
+        let (chosen, card) = choose(
+            Resource::Core,
+            &ask,
+            &order,
+            Hints {
+                paired: Some("GPU-a"),
+                ..Hints::none()
+            },
+        );
         assert_eq!(card.as_deref(), Some("GPU-a"));
         assert_eq!(chosen.len(), 30);
         // Too big for GPU-b: GPU-a.
         let ask = Ask { size: 50, ..ask };
         assert_eq!(
-            choose(Resource::Core, &ask, &order, None, &|_| true)
+            choose(Resource::Core, &ask, &order, Hints::none())
                 .1
                 .as_deref(),
             Some("GPU-a")
         );
+    }
+
+    #[test]
+    fn the_scheduled_card_comes_first_where_it_fits() {
+        let order = vec!["GPU-a".to_string(), "GPU-b".to_string()];
+        let mut available = ids("GPU-a", Resource::Core, 0..100);
+        available.extend(ids("GPU-b", Resource::Core, 60..100));
+        let ask = Ask {
+            available,
+            must_include: vec![],
+            size: 30,
+        };
+        let scheduled = ["GPU-a".to_string()];
+        let hints = Hints {
+            scheduled: &scheduled,
+            paired: Some("GPU-b"),
+            ..Hints::none()
+        };
+        // GPU-b is the fullest and the paired card; the scheduler's record wins.
+        let (chosen, card) = choose(Resource::Core, &ask, &order, hints);
+        assert_eq!(card.as_deref(), Some("GPU-a"));
+        assert_eq!(chosen, ids("GPU-a", Resource::Core, 0..30));
+        // A record that does not fit any more is passed over.
+        let ask = Ask { size: 50, ..ask };
+        let scheduled = ["GPU-b".to_string()];
+        let hints = Hints {
+            scheduled: &scheduled,
+            ..Hints::none()
+        };
+        assert_eq!(
+            choose(Resource::Core, &ask, &order, hints).1.as_deref(),
+            Some("GPU-a")
+        );
+        // Whole cards: the recorded ones, not the first free ones.
+        let order: Vec<String> = ["GPU-a", "GPU-b", "GPU-c"].map(String::from).into();
+        let available: Vec<String> = order
+            .iter()
+            .flat_map(|u| ids(u, Resource::Core, 0..100))
+            .collect();
+        let ask = Ask {
+            available,
+            must_include: vec![],
+            size: 100,
+        };
+        let scheduled = ["GPU-c".to_string()];
+        let hints = Hints {
+            scheduled: &scheduled,
+            ..Hints::none()
+        };
+        let (chosen, _) = choose(Resource::Core, &ask, &order, hints);
+        assert_eq!(chosen, ids("GPU-c", Resource::Core, 0..100));
     }
 
     #[test]
@@ -241,7 +337,7 @@ mod tests {
             must_include: vec![],
             size: 30,
         };
-        let (chosen, _) = choose(Resource::Core, &earlier, &order, None, &|_| true);
+        let (chosen, _) = choose(Resource::Core, &earlier, &order, Hints::none());
         view.saw(&earlier, &chosen);
         let mut memory = ids("GPU-a", Resource::Memory, 20..40);
         memory.extend(ids("GPU-b", Resource::Memory, 4..40));
@@ -252,18 +348,34 @@ mod tests {
         };
         let room = |uuid: &str| view.room(uuid);
         assert_eq!(
-            choose(Resource::Memory, &ask, &order, None, &room)
-                .1
-                .as_deref(),
+            choose(
+                Resource::Memory,
+                &ask,
+                &order,
+                Hints {
+                    room: &room,
+                    ..Hints::none()
+                }
+            )
+            .1
+            .as_deref(),
             Some("GPU-b")
         );
         // Knowing nothing of the cores, the fullest.
         let none = CoreView::default();
         let room = |uuid: &str| none.room(uuid);
         assert_eq!(
-            choose(Resource::Memory, &ask, &order, None, &room)
-                .1
-                .as_deref(),
+            choose(
+                Resource::Memory,
+                &ask,
+                &order,
+                Hints {
+                    room: &room,
+                    ..Hints::none()
+                }
+            )
+            .1
+            .as_deref(),
             Some("GPU-a")
         );
     }
@@ -278,7 +390,7 @@ mod tests {
             must_include: vec![],
             size: 100,
         };
-        let (chosen, _) = choose(Resource::Core, &ask, &order, None, &|_| true);
+        let (chosen, _) = choose(Resource::Core, &ask, &order, Hints::none());
         assert_eq!(chosen, ids("GPU-b", Resource::Core, 0..100));
     }
 

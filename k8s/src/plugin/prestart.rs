@@ -3,10 +3,11 @@
 //! which IDs: never a guess), reads the pod's annotations, and has controld create the
 //! container with those limits, at the region path the Allocate answer already mounted.
 
-use super::allocate::{board_link, cards_of, is_whole, no_board};
+use super::allocate::{board_link, cards_of, no_board};
 use super::holders::Holder;
 use super::Node;
 use crate::annotations::{self, PodAsk};
+use crate::ids::is_whole;
 use crate::ids::{container_name, Resource, MEMORY_UNIT};
 use crate::podresources::{self, Holding};
 use std::time::Instant;

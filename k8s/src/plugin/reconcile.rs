@@ -7,8 +7,9 @@
 use super::holders::Holder;
 use super::prestart::unlink_board;
 use super::Node;
+use crate::ids::is_whole;
 use crate::ids::{container_name, is_plugin_container, MEMORY_UNIT};
-use crate::plugin::allocate::{cards_of, is_whole};
+use crate::plugin::allocate::cards_of;
 use crate::podresources::{self, Holding};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};

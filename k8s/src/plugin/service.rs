@@ -1,6 +1,6 @@
 //! The DevicePlugin service of one resource: what the kubelet calls on our socket.
 
-use super::prefer::{self, Ask, Pending};
+use super::prefer::{self, Ask, Hints, Pending};
 use super::Node;
 use crate::ids::Resource;
 use crate::proto::deviceplugin::device_plugin_server::DevicePlugin;
@@ -112,12 +112,37 @@ impl DevicePlugin for PluginService {
                 must_include: container.must_include_device_i_ds,
                 size: usize::try_from(container.allocation_size).unwrap_or(0),
             };
+            // Looked up before the locks are taken: it waits on the API server and the kubelet.
+            let admitting = super::admitting::lookup(&self.node, self.resource, &ask).await;
+            let scheduled = admitting.as_ref().map_or(&[][..], |a| a.cards.as_slice());
             let now = Instant::now();
             let mut slot = self.node.pairing.lock().expect("pairing lock");
             let mut view = self.node.core_view.lock().expect("core view lock");
             let paired = prefer::pair(&mut slot, self.resource, now);
             let room = |uuid: &str| view.room(uuid);
-            let (ids, card) = prefer::choose(self.resource, &ask, &order, paired.as_deref(), &room);
+            let hints = Hints {
+                scheduled,
+                paired: paired.as_deref(),
+                room: &room,
+            };
+            let (ids, card) = prefer::choose(self.resource, &ask, &order, hints);
+            if let Some(admitting) = &admitting {
+                if card.as_ref().is_some_and(|c| !admitting.cards.contains(c)) {
+                    tracing::warn!(
+                        "container {}: the scheduler recorded {} but {} IDs fit only elsewhere",
+                        admitting.who,
+                        admitting.cards.join(","),
+                        self.resource.name()
+                    );
+                } else {
+                    tracing::debug!(
+                        "container {}: {} IDs on the recorded {}",
+                        admitting.who,
+                        self.resource.name(),
+                        admitting.cards.join(",")
+                    );
+                }
+            }
             if self.resource == Resource::Core {
                 view.saw(&ask, &ids);
             }

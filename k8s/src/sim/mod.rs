@@ -171,9 +171,29 @@ impl SimCluster {
             .schedule(&nodes, || self.api.pod(namespace, name))
             .await;
         if let Outcome::Placed(node) = &outcome {
+            let recorded = self
+                .api
+                .pod(namespace, name)
+                .is_some_and(|p| p["metadata"]["annotations"][crate::annotations::GPU].is_string());
+            if !recorded {
+                lock(&self.conflicts).push(format!(
+                    "pod {namespace}/{name} was bound to {node} without {}",
+                    crate::annotations::GPU
+                ));
+            }
             self.admit(namespace, name, node);
         }
         outcome
+    }
+
+    /// A pod bound to `node` by someone else than the extender (another scheduler, or its
+    /// own `nodeName`), with no card recorded: its node admits it by the plugin's own
+    /// preference and publishes it.
+    pub fn place_by_hand(&self, namespace: &str, name: &str, node: &str, spec: &PodSpec) {
+        let mut pod = pod_object(namespace, name, spec);
+        pod["spec"]["nodeName"] = json!(node);
+        self.api.create_pod(pod);
+        self.admit(namespace, name, node);
     }
 
     /// The node's allocation path for a pod bound to it.
@@ -215,6 +235,13 @@ impl SimCluster {
                 publish(&self.api, sim, changed);
             }
         }
+    }
+
+    /// What the extender counts as taken of a card now.
+    pub fn extender_counts(&self, uuid: &str) -> crate::extender::cluster::Used {
+        let extender = lock(&self.extender).extender.clone();
+        let state = extender.state.lock().unwrap_or_else(|p| p.into_inner());
+        state.usage(None).get(uuid)
     }
 
     /// What the allocation paths refused.

@@ -1,6 +1,8 @@
 //! What a pod asks of the cards: its `tessera.dev/gpu-core` and `tessera.dev/gpu-memory`
-//! requests, summed over its containers (an init container runs alone, so the pod needs the
-//! largest of them or the sum of the rest, whichever is more).
+//! requests, per container and summed over its containers (an init container runs alone, so
+//! the pod needs the largest of them or the sum of the rest, whichever is more). The
+//! extender places the sum; the device plugin matches a container's own request to the
+//! kubelet's.
 
 use crate::ids::{CORES_PER_GPU, CORE_RESOURCE, MEMORY_RESOURCE, MEMORY_UNIT};
 use k8s_openapi::api::core::v1::{Container, Pod};
@@ -18,7 +20,7 @@ pub struct Ask {
 impl Ask {
     /// Whether it asks whole cards (a multiple of 100 core).
     pub fn is_whole(&self) -> bool {
-        crate::plugin::allocate::is_whole(self.core as usize)
+        crate::ids::is_whole(self.core as usize)
     }
 
     /// How many cards it takes.
@@ -42,12 +44,12 @@ impl Ask {
         };
         let mut sum = Ask::default();
         for container in &spec.containers {
-            let one = container_ask(container)?;
+            let one = Ask::of_container(container)?;
             sum.core = sum.core.saturating_add(one.core);
             sum.memory = sum.memory.saturating_add(one.memory);
         }
         for container in spec.init_containers.iter().flatten() {
-            let one = container_ask(container)?;
+            let one = Ask::of_container(container)?;
             sum.core = sum.core.max(one.core);
             sum.memory = sum.memory.max(one.memory);
         }
@@ -81,33 +83,35 @@ impl fmt::Display for Ask {
     }
 }
 
-/// One container's two requests; limits stand for requests where only they are set, as the
-/// API server does for extended resources.
-fn container_ask(container: &Container) -> Result<Ask, String> {
-    let Some(resources) = &container.resources else {
-        return Ok(Ask::default());
-    };
-    let amount = |name: &str| -> Result<u64, String> {
-        let quantity = resources
-            .requests
-            .as_ref()
-            .and_then(|r| r.get(name))
-            .or_else(|| resources.limits.as_ref().and_then(|l| l.get(name)));
-        match quantity {
-            None => Ok(0),
-            Some(q) => q.0.trim().parse::<u64>().map_err(|_| {
-                format!(
-                    "container {} asks {name}: {:?}, which is not a whole number",
-                    container.name, q.0
-                )
-            }),
-        }
-    };
-    let core = amount(CORE_RESOURCE)?;
-    let core = u32::try_from(core)
-        .map_err(|_| format!("container {} asks {core} {CORE_RESOURCE}", container.name))?;
-    let memory = amount(MEMORY_RESOURCE)?.saturating_mul(MEMORY_UNIT);
-    Ok(Ask { core, memory })
+impl Ask {
+    /// One container's two requests; limits stand for requests where only they are set, as
+    /// the API server does for extended resources.
+    pub fn of_container(container: &Container) -> Result<Ask, String> {
+        let Some(resources) = &container.resources else {
+            return Ok(Ask::default());
+        };
+        let amount = |name: &str| -> Result<u64, String> {
+            let quantity = resources
+                .requests
+                .as_ref()
+                .and_then(|r| r.get(name))
+                .or_else(|| resources.limits.as_ref().and_then(|l| l.get(name)));
+            match quantity {
+                None => Ok(0),
+                Some(q) => q.0.trim().parse::<u64>().map_err(|_| {
+                    format!(
+                        "container {} asks {name}: {:?}, which is not a whole number",
+                        container.name, q.0
+                    )
+                }),
+            }
+        };
+        let core = amount(CORE_RESOURCE)?;
+        let core = u32::try_from(core)
+            .map_err(|_| format!("container {} asks {core} {CORE_RESOURCE}", container.name))?;
+        let memory = amount(MEMORY_RESOURCE)?.saturating_mul(MEMORY_UNIT);
+        Ok(Ask { core, memory })
+    }
 }
 
 #[cfg(test)]
