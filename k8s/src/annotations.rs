@@ -55,8 +55,8 @@ impl ComputeKind {
 /// What a pod's annotations ask.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct PodAsk {
-    /// The card by UUID, when the extender chose one.
-    pub gpu: Option<String>,
+    /// The cards by UUID (one for a share, n for whole cards), when the extender chose.
+    pub gpu: Option<Vec<String>>,
     /// The kind of compute share.
     pub compute: ComputeKind,
     /// Online or offline.
@@ -86,11 +86,7 @@ pub enum AnnotationError {
 pub fn read(annotations: &BTreeMap<String, String>) -> Result<PodAsk, AnnotationError> {
     let mut ask = PodAsk::default();
     if let Some(gpu) = annotations.get(GPU) {
-        let gpu = gpu.trim();
-        if !gpu.split(',').all(is_uuid) {
-            return Err(AnnotationError::Gpu(gpu.to_string()));
-        }
-        ask.gpu = Some(gpu.to_string());
+        ask.gpu = Some(cards(gpu).ok_or_else(|| AnnotationError::Gpu(gpu.clone()))?);
     }
     if let Some(compute) = annotations.get(COMPUTE) {
         ask.compute = match compute.trim() {
@@ -115,11 +111,12 @@ pub fn read(annotations: &BTreeMap<String, String>) -> Result<PodAsk, Annotation
 /// The cards a `tessera.dev/gpu` record names: one UUID, or several joined by commas (whole
 /// cards); `None` when there is no record or it does not read as UUIDs.
 pub fn recorded_cards(annotations: &BTreeMap<String, String>) -> Option<Vec<String>> {
-    let cards: Vec<String> = annotations
-        .get(GPU)?
-        .split(',')
-        .map(|s| s.trim().to_string())
-        .collect();
+    cards(annotations.get(GPU)?)
+}
+
+/// The UUIDs of a `tessera.dev/gpu` value, when it reads as UUIDs.
+fn cards(text: &str) -> Option<Vec<String>> {
+    let cards: Vec<String> = text.split(',').map(|s| s.trim().to_string()).collect();
     cards.iter().all(|c| is_uuid(c)).then_some(cards)
 }
 
@@ -170,7 +167,7 @@ mod tests {
         assert_eq!(ask.compute.policy(30), ComputePolicy::Fixed(30));
         assert_eq!(ask.priority, Priority::Offline);
         assert_eq!(ask.memory_limit, Some(3 << 30));
-        assert_eq!(ask.gpu.as_deref(), Some("GPU-8c1f2a3b-4d5e"));
+        assert_eq!(ask.gpu, Some(vec!["GPU-8c1f2a3b-4d5e".to_string()]));
         assert_eq!(
             read(&map(&[(MEMORY_LIMIT, "512MiB")]))
                 .unwrap()

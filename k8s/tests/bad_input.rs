@@ -174,3 +174,28 @@ async fn pod_resources_down_refuses_new_containers_and_removes_nothing() {
     cluster.kubelet.run_pod(&ask("later", 30, 4)).await.unwrap();
     assert_eq!(cluster.containers().await.len(), 2);
 }
+
+/// Whole cards are held to the scheduler's record as a share is: IDs on another card than the
+/// record are refused, with the reason on the pod.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn whole_cards_off_the_record_are_refused() {
+    let cluster = Cluster::start("whole").await;
+    // A share takes part of one card; only the other is whole.
+    cluster.api.put_pod(NS, "share", NODE, &[]);
+    let share = cluster.kubelet.run_pod(&ask("share", 10, 1)).await.unwrap();
+    let shared = DeviceId::parse(&share.core_ids[0]).unwrap().uuid;
+    // A record naming the shared card, which cannot be given whole.
+    cluster
+        .api
+        .put_pod(NS, "off", NODE, &[("tessera.dev/gpu", &shared)]);
+    let err = cluster
+        .kubelet
+        .run_pod(&ask("off", 100, 0))
+        .await
+        .unwrap_err();
+    assert!(
+        err.contains(&format!("the scheduler chose {shared}")),
+        "{err}"
+    );
+    assert!(event_about(&cluster, "off", "delete the pod"));
+}

@@ -82,6 +82,18 @@ async fn prepare(node: &Node, holding: &Holding, ask: &PodAsk) -> Result<(), Str
     let cards =
         cards_of(&node.cards.list, Resource::Core, &holding.core).map_err(|e| e.to_string())?;
     let uuids: Vec<String> = cards.iter().map(|c| c.uuid.clone()).collect();
+    // Every card the container got must be one the scheduler chose for its pod (a pod's
+    // containers share its one card, or divide its whole cards).
+    if let Some(wanted) = &ask.gpu {
+        if let Some(other) = uuids.iter().find(|u| !wanted.contains(u)) {
+            return Err(format!(
+                "container {}: the scheduler chose {} ({}) but the kubelet gave core IDs on {other}; delete the pod so that it is scheduled again",
+                who(holding),
+                wanted.join(","),
+                annotations::GPU,
+            ));
+        }
+    }
     if is_whole(holding.core.len()) {
         node.holders.lock().expect("holders lock").insert(Holder {
             name,
@@ -112,16 +124,6 @@ async fn prepare(node: &Node, holding: &Holding, ask: &PodAsk) -> Result<(), Str
             holding.core.len()
         ));
     };
-    if let Some(wanted) = &ask.gpu {
-        if wanted != &card.uuid {
-            return Err(format!(
-                "container {}: the scheduler chose {wanted} ({}) but the kubelet gave core IDs on {}; delete the pod so that it is scheduled again",
-                who(holding),
-                annotations::GPU,
-                card.uuid
-            ));
-        }
-    }
     let requested = holding.memory.len() as u64 * MEMORY_UNIT;
     if requested == 0 {
         return Err(format!(
