@@ -103,6 +103,21 @@ impl DeviceId {
             number,
         })
     }
+
+    /// The IDs of `resource` numbered `numbers` on the card `uuid`, written out as the
+    /// kubelet sees them.
+    pub fn texts(uuid: &str, resource: Resource, numbers: std::ops::Range<u32>) -> Vec<String> {
+        numbers
+            .map(|number| {
+                DeviceId {
+                    uuid: uuid.to_string(),
+                    resource,
+                    number,
+                }
+                .to_string()
+            })
+            .collect()
+    }
 }
 
 impl fmt::Display for DeviceId {

@@ -196,16 +196,7 @@ mod tests {
     }
 
     fn ids(uuid: &str, resource: Resource, count: u32) -> Vec<String> {
-        (0..count)
-            .map(|number| {
-                DeviceId {
-                    uuid: uuid.into(),
-                    resource,
-                    number,
-                }
-                .to_string()
-            })
-            .collect()
+        DeviceId::texts(uuid, resource, 0..count)
     }
 
     fn ask(size: usize) -> Ask {

@@ -231,16 +231,7 @@ mod tests {
     }
 
     fn ids(uuid: &str, resource: Resource, numbers: std::ops::Range<u32>) -> Vec<String> {
-        numbers
-            .map(|number| {
-                DeviceId {
-                    uuid: uuid.into(),
-                    resource,
-                    number,
-                }
-                .to_string()
-            })
-            .collect()
+        DeviceId::texts(uuid, resource, numbers)
     }
 
     #[test]

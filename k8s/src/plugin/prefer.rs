@@ -226,29 +226,25 @@ pub fn pair(slot: &mut Option<Pending>, resource: Resource, now: Instant) -> Opt
 mod tests {
     use super::*;
 
-    fn ids(uuid: &str, resource: Resource, range: std::ops::Range<u32>) -> Vec<String> {
-        range
-            .map(|number| {
-                DeviceId {
-                    uuid: uuid.into(),
-                    resource,
-                    number,
-                }
-                .to_string()
-            })
-            .collect()
+    fn ids(uuid: &str, resource: Resource, numbers: std::ops::Range<u32>) -> Vec<String> {
+        DeviceId::texts(uuid, resource, numbers)
     }
 
-    #[test]
-    fn a_share_lands_on_the_fullest_card_that_fits() {
-        let order = vec!["GPU-a".to_string(), "GPU-b".to_string()];
+    /// GPU-a empty, GPU-b with 40 core IDs free; a core request of `size`.
+    fn empty_and_partly_used(size: usize) -> (Vec<String>, Ask) {
         let mut available = ids("GPU-a", Resource::Core, 0..100);
         available.extend(ids("GPU-b", Resource::Core, 60..100));
         let ask = Ask {
             available,
             must_include: vec![],
-            size: 30,
+            size,
         };
+        (vec!["GPU-a".to_string(), "GPU-b".to_string()], ask)
+    }
+
+    #[test]
+    fn a_share_lands_on_the_fullest_card_that_fits() {
+        let (order, ask) = empty_and_partly_used(30);
         let (chosen, card) = choose(Resource::Core, &ask, &order, Hints::none());
         assert_eq!(card.as_deref(), Some("GPU-b"));
         assert_eq!(chosen, ids("GPU-b", Resource::Core, 60..90));
@@ -276,14 +272,7 @@ mod tests {
 
     #[test]
     fn the_scheduled_card_comes_first_where_it_fits() {
-        let order = vec!["GPU-a".to_string(), "GPU-b".to_string()];
-        let mut available = ids("GPU-a", Resource::Core, 0..100);
-        available.extend(ids("GPU-b", Resource::Core, 60..100));
-        let ask = Ask {
-            available,
-            must_include: vec![],
-            size: 30,
-        };
+        let (order, ask) = empty_and_partly_used(30);
         let scheduled = ["GPU-a".to_string()];
         let hints = Hints {
             scheduled: &scheduled,
@@ -346,38 +335,17 @@ mod tests {
             must_include: vec![],
             size: 4,
         };
-        let room = |uuid: &str| view.room(uuid);
-        assert_eq!(
-            choose(
-                Resource::Memory,
-                &ask,
-                &order,
-                Hints {
-                    room: &room,
-                    ..Hints::none()
-                }
-            )
-            .1
-            .as_deref(),
-            Some("GPU-b")
-        );
+        let card_with = |view: &CoreView| {
+            let room = |uuid: &str| view.room(uuid);
+            let hints = Hints {
+                room: &room,
+                ..Hints::none()
+            };
+            choose(Resource::Memory, &ask, &order, hints).1
+        };
+        assert_eq!(card_with(&view).as_deref(), Some("GPU-b"));
         // Knowing nothing of the cores, the fullest.
-        let none = CoreView::default();
-        let room = |uuid: &str| none.room(uuid);
-        assert_eq!(
-            choose(
-                Resource::Memory,
-                &ask,
-                &order,
-                Hints {
-                    room: &room,
-                    ..Hints::none()
-                }
-            )
-            .1
-            .as_deref(),
-            Some("GPU-a")
-        );
+        assert_eq!(card_with(&CoreView::default()).as_deref(), Some("GPU-a"));
     }
 
     #[test]

@@ -30,17 +30,9 @@ impl SimCard {
             Resource::Core => CORES_PER_GPU,
             Resource::Memory => (self.spec.memory / MEMORY_UNIT) as u32,
         };
-        (0..units)
-            .map(|number| {
-                DeviceId {
-                    uuid: self.spec.uuid.clone(),
-                    resource,
-                    number,
-                }
-                .to_string()
-            })
-            .filter(|id| !self.taken.contains(id))
-            .collect()
+        let mut ids = DeviceId::texts(&self.spec.uuid, resource, 0..units);
+        ids.retain(|id| !self.taken.contains(id));
+        ids
     }
 
     /// The card's status, as the device plugin publishes it.
