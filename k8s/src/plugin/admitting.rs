@@ -5,17 +5,17 @@
 //! kubelet admits the pods bound to its node one at a time, oldest first (it sorts new pods
 //! by creation time), and within a pod its init containers and then its containers, in
 //! order, each resource of one container before the next container. So the container being
-//! admitted is, of the pods bound here and not running yet, the oldest one's first container
-//! that asks this resource and holds none of its IDs yet (pod-resources tells which do), or
-//! before it a container that holds the other resource's IDs already (half way through). Its
-//! request must also be the size asked, and its recorded card must hold that many of the
-//! offered IDs; a guess that fails either check is no guess, and the plugin falls back to
-//! its own preference (PreStart then says what went wrong, if anything did).
+//! admitted is a container that holds the other resource's IDs already (half way through),
+//! or else, of the pods bound here and not running yet, the oldest one's first container that
+//! asks this resource and holds none of its IDs yet (pod-resources tells which do). Only
+//! containers whose request is the size asked count, and only where the pod's recorded card
+//! offers that many IDs; when none does, there is no guess, and the plugin falls back to its
+//! own preference (PreStart then says what went wrong, if anything did).
 
 use super::prefer::Ask;
 use super::Node;
 use crate::annotations::recorded_cards;
-use crate::ids::{DeviceId, Resource, MEMORY_UNIT};
+use crate::ids::{is_whole, DeviceId, Resource, CORES_PER_GPU, MEMORY_UNIT};
 use crate::podresources::{self, Holding};
 use crate::requests;
 use k8s_openapi::api::core::v1::Pod;
@@ -150,8 +150,8 @@ fn next_container(
     None
 }
 
-/// Whether the kubelet offers enough IDs of `resource` on `cards` for the request: on the
-/// one card for a share, and every ID of each for whole cards.
+/// Whether the kubelet offers enough IDs of `resource` on `cards` for the request: on one
+/// card for a share, and on enough whole cards (every core ID free) for whole cards.
 fn offered(ask: &Ask, resource: Resource, cards: &[String]) -> bool {
     let on = |uuid: &str| {
         ask.available
@@ -160,12 +160,11 @@ fn offered(ask: &Ask, resource: Resource, cards: &[String]) -> bool {
             .filter(|id| id.resource == resource && id.uuid == uuid)
             .count()
     };
-    match cards {
-        [one] => on(one) >= ask.size,
-        many => {
-            let each = ask.size / many.len().max(1);
-            ask.size.is_multiple_of(many.len().max(1)) && many.iter().all(|c| on(c) >= each)
-        }
+    let card = CORES_PER_GPU as usize;
+    if resource == Resource::Core && is_whole(ask.size) {
+        cards.iter().filter(|c| on(c) >= card).count() * card >= ask.size
+    } else {
+        cards.iter().any(|c| on(c) >= ask.size)
     }
 }
 
@@ -297,5 +296,23 @@ mod tests {
         let mut partly = ask(200);
         partly.available.retain(|t| !t.ends_with("-core-0"));
         assert_eq!(find(&whole, &[], Resource::Core, &partly), None);
+        // Two containers of one card each: the second is offered the card the first left.
+        let two = [pod(
+            "w2",
+            "2026-01-01T00:00:01Z",
+            &format!("{A},{B}"),
+            &[("first", 100, 0), ("second", 100, 0)],
+        )];
+        let held = Holding {
+            namespace: "ns".into(),
+            pod: "w2".into(),
+            container: "first".into(),
+            core: ids(A, Resource::Core, 100),
+            memory: vec![],
+        };
+        let mut rest = ask(100);
+        rest.available = ids(B, Resource::Core, 100);
+        let found = find(&two, &[held], Resource::Core, &rest).unwrap();
+        assert_eq!(found.who, "ns/w2/second");
     }
 }
