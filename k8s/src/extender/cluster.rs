@@ -58,10 +58,11 @@ pub struct Used {
 }
 
 impl Used {
+    /// Adds `other`, saturating: published holders are read from objects, not trusted.
     fn plus(&mut self, other: &Used) {
-        self.core += other.core;
-        self.memory += other.memory;
-        self.pods += other.pods;
+        self.core = self.core.saturating_add(other.core);
+        self.memory = self.memory.saturating_add(other.memory);
+        self.pods = self.pods.saturating_add(other.pods);
     }
 
     fn minus(&mut self, other: &Used) {
