@@ -79,9 +79,11 @@ fn write_table(out: &mut impl Write, node: &Node, snap: &Snapshot) -> std::io::R
     let c = node.config();
     writeln!(
         out,
-        "simgpu node {}  (quantum {:.2} ms, context {})",
+        "simgpu node {}  (profile {}: quantum {:.3} ms, switch {:.3} ms, context {})",
         snap.state.display(),
+        c.profile().name,
         c.quantum_ns as f64 / 1e6,
+        c.switch_ns as f64 / 1e6,
         format_size(c.context_memory)
     )?;
     for d in &snap.devices {
@@ -143,7 +145,7 @@ pub fn reset() -> CliResult {
     };
     let devices = parse_devices(spec)?;
     let path: PathBuf = config::state_path();
-    Node::reset(&path, &devices, &NodeConfig::from_env()?)?;
+    Node::reset(&path, &devices, &NodeConfig::from_env(&devices)?)?;
     println!("simgpu: new node at {} with {spec}", path.display());
     Ok(())
 }

@@ -22,8 +22,9 @@ pub struct DeviceSpec {
     pub compute_capability: (u32, u32),
 }
 
-/// The device a node has when `SIMGPU_DEVICES` is unset.
-pub const DEFAULT_DEVICES: &str = "A100-80GB";
+/// The device a node has when `SIMGPU_DEVICES` is unset: the model whose figures were
+/// measured (`crate::profile`).
+pub const DEFAULT_DEVICES: &str = "H200";
 
 /// Why a `SIMGPU_DEVICES` value was refused.
 #[derive(Debug, Error, PartialEq, Eq)]
@@ -147,8 +148,8 @@ mod tests {
         assert_eq!(d[0].sms, 40);
         assert_eq!(d[1].memory, 141 << 30);
         assert_eq!(d[1].sms, 132);
-        let a100 = &parse_devices(DEFAULT_DEVICES).unwrap()[0];
-        assert_eq!((a100.memory, a100.sms), (80 << 30, 108));
+        let h200 = &parse_devices(DEFAULT_DEVICES).unwrap()[0];
+        assert_eq!((h200.memory, h200.sms), (141 << 30, 132));
     }
 
     #[test]

@@ -1,12 +1,16 @@
 //! The execution engine of one device, time-sliced between the processes of the node.
 //!
 //! One process holds a device's engine at a time. The holder runs its kernels in chunks of
-//! at most one quantum; at each quantum boundary, if another process waits, it hands the
-//! engine to the next waiter in slot order (round robin), otherwise it keeps going. A
-//! hand-off records the engine time at which the holder stopped, and the next holder starts
-//! its clock there, so that the wake-up latency of the host thread is not lost engine time:
-//! two saturating processes each get half of the engine, as on a GPU whose time-slice
-//! scheduler alternates contexts.
+//! at most one quantum (the profile's time slice); at each quantum boundary, if another
+//! process waits, it hands the engine to the next waiter in slot order (round robin),
+//! otherwise it keeps going. A hand-off records the engine time at which the holder stopped
+//! and the dead time of the switch: the profile's switch cost when the holder was cut in the
+//! middle of its kernels (a GPU saves their state, and restores it at their next turn), its
+//! idle switch when the holder ran out of work. The next holder starts its clock there plus
+//! the dead time (none when it is the last holder again), so that the wake-up latency of the
+//! host thread is not lost engine time while the switch is: two saturating processes each
+//! get a slice, then the GPU runs nobody's kernels for a switch, as on a GPU whose
+//! time-slice scheduler alternates contexts. The dead time is charged to nobody.
 
 use crate::clock::{now_ns, sleep_until};
 use crate::node::handoff::pass_engine;
@@ -69,7 +73,8 @@ impl<'p> Engine<'p> {
 
     fn run_from(&self, ready_ns: Option<u64>, ns: u64) -> Span {
         let mut seat = self.seat.lock().unwrap_or_else(|e| e.into_inner());
-        let quantum = self.process.node().config().quantum_ns;
+        let config = self.process.node().config();
+        let quantum = config.quantum_ns;
         // The engine cannot run work in a past it already spent idle: at most one quantum of
         // lag is allowed, enough to cover the host's wake-up latency.
         let lag_floor = now_ns().saturating_sub(quantum);
@@ -99,7 +104,7 @@ impl<'p> Engine<'p> {
             }
             if seat.slice_started && start >= seat.slice_start + quantum {
                 if self.someone_waits() {
-                    self.hand_off(start);
+                    self.hand_off(start, config.switch_ns);
                     seat.held = false;
                     ready = start;
                     continue;
@@ -135,7 +140,7 @@ impl<'p> Engine<'p> {
     pub fn idle(&self) {
         let mut seat = self.seat.lock().unwrap_or_else(|e| e.into_inner());
         if seat.held {
-            self.hand_off(seat.cursor);
+            self.hand_off(seat.cursor, self.process.node().config().idle_switch_ns);
             seat.held = false;
         }
     }
@@ -193,9 +198,12 @@ impl<'p> Engine<'p> {
             }
         }
         e.waiting[word].fetch_and(!bit, SeqCst);
-        ready
-            .max(e.handoff_ns.load(SeqCst))
-            .max(now_ns().saturating_sub(quantum))
+        // Loaded after the owner (SeqCst): `pass_engine` stores them before it hands over.
+        let free_at = match e.last_holder.load(SeqCst) {
+            last if last == me => e.handoff_ns.load(SeqCst),
+            _ => e.handoff_ns.load(SeqCst) + e.switch_ns.load(SeqCst),
+        };
+        ready.max(free_at).max(now_ns().saturating_sub(quantum))
     }
 
     fn someone_waits(&self) -> bool {
@@ -211,9 +219,10 @@ impl<'p> Engine<'p> {
     }
 
     /// Gives the engine to the next waiter after this process, or frees it; `at` is the
-    /// engine time this process stopped.
-    fn hand_off(&self, at: u64) {
-        pass_engine(self.state(), self.process.slot(), at);
+    /// engine time this process stopped, `switch_ns` the dead time before another process's
+    /// kernels run.
+    fn hand_off(&self, at: u64, switch_ns: u64) {
+        pass_engine(self.state(), self.process.slot(), at, switch_ns);
     }
 }
 

@@ -12,6 +12,7 @@ pub mod config;
 pub mod device;
 pub mod engine;
 pub mod node;
+pub mod profile;
 /// Sizes as every Tessera tool reads and writes them (`16GiB`), from the region crate.
 pub use tessera_region::units;
 

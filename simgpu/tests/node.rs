@@ -19,7 +19,7 @@ fn temp_state(tag: &str) -> PathBuf {
 fn small_node(path: &Path) -> &'static Node {
     let devices = parse_devices("Small:1GiB:8").unwrap();
     Box::leak(Box::new(
-        Node::open_or_create(path, &devices, &NodeConfig::default()).unwrap(),
+        Node::open_or_create(path, &devices, &NodeConfig::of_profile(0)).unwrap(),
     ))
 }
 

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use tessera_region::Region;
 
 /// The simulated device every scenario runs on.
-pub const DEVICE: &str = "A100-80GB";
+pub const DEVICE: &str = "H200";
 
 /// The environment variable that picks the [`Backend`]: `simgpu` (the default) or `system`.
 pub const BACKEND_ENV: &str = "TESSERA_BENCH_DRIVER";
@@ -366,7 +366,7 @@ impl Testbed {
         let node = simgpu::node::Node::open_or_create(
             &node_state,
             &devices,
-            &simgpu::config::NodeConfig::default(),
+            &simgpu::config::NodeConfig::from_env(&devices).map_err(simgpu::node::NodeError::from)?,
         )?;
         let mut bed = Testbed {
             bins: bins.clone(),

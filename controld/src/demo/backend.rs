@@ -7,7 +7,7 @@ use std::ffi::{CStr, OsString};
 use std::path::{Path, PathBuf};
 
 /// The simulated GPU when `SIMGPU_DEVICES` does not name one.
-const SIMULATED: &str = "A100-80GB";
+const SIMULATED: &str = "H200";
 
 /// The GPU the demo runs on.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,7 +43,7 @@ impl Backend {
         };
         let setup = |e: &dyn std::fmt::Display| DemoError::Setup(e.to_string());
         let specs = simgpu::device::parse_devices(devices).map_err(|e| setup(&e))?;
-        let config = simgpu::config::NodeConfig::from_env().map_err(|e| setup(&e))?;
+        let config = simgpu::config::NodeConfig::from_env(&specs).map_err(|e| setup(&e))?;
         let state = workdir.path().join("simgpu.state");
         let node =
             simgpu::node::Node::open_or_create(&state, &specs, &config).map_err(|e| setup(&e))?;
@@ -85,7 +85,7 @@ impl Backend {
 
 /// The GPU the workloads run on.
 pub struct Gpu {
-    /// For people: `a simulated A100-80GB (simgpu)`.
+    /// For people: `a simulated H200 (simgpu)`.
     pub label: String,
     /// The simulated node, whose ground truth the demo reads; `None` on a real GPU.
     pub node: Option<simgpu::node::Node>,

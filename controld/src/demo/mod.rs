@@ -1,7 +1,7 @@
 //! `controld demo`: three containers sharing one GPU, watched live, then summed up.
 //!
 //! On a machine without a GPU (or when asked) the GPU is simgpu's: a node of its own in a
-//! temporary directory, with one simulated A100-80GB. A daemon runs in this process on a
+//! temporary directory, with one simulated H200. A daemon runs in this process on a
 //! temporary state dir; three containers are declared in its config — an online service, an
 //! offline trainer and a fixed-share job — and each runs `gpuload` processes the way
 //! `controld exec` runs a command. Every half second the view shows, per container, its

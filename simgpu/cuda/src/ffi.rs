@@ -75,11 +75,60 @@ pub fn guard(body: impl FnOnce() -> DriverResult) -> CUresult {
 /// asks of the driver and what it was answered, to find the call it stops at.
 const ENV_TRACE_CALLS: &str = "SIMGPU_TRACE_CALLS";
 
-/// Runs an exported entry point's body under [`guard`], recording the call when
+/// An entry point's host cost under the node's profile, learnt at its first call after
+/// `cuInit`: for a success (and any error) and for `CUDA_ERROR_NOT_READY`, in ns.
+pub struct HostCost {
+    done: std::sync::atomic::AtomicU32,
+    not_ready: std::sync::atomic::AtomicU32,
+}
+
+impl HostCost {
+    /// Not learnt yet.
+    pub const UNKNOWN: u32 = u32::MAX;
+
+    #[allow(clippy::new_without_default)] // a `const fn` for the entries' statics
+    pub const fn new() -> HostCost {
+        HostCost {
+            done: std::sync::atomic::AtomicU32::new(Self::UNKNOWN),
+            not_ready: std::sync::atomic::AtomicU32::new(Self::UNKNOWN),
+        }
+    }
+
+    /// What the call of `name` that returned `result` costs.
+    fn of(&self, costs: &simgpu::profile::HostCosts, name: &str, result: CUresult) -> u32 {
+        use std::sync::atomic::Ordering::Relaxed;
+        let slot = if result == code::NOT_READY {
+            &self.not_ready
+        } else {
+            &self.done
+        };
+        // Relaxed (both): a cache of a pure function of the name; racing writers store the
+        // same value.
+        match slot.load(Relaxed) {
+            Self::UNKNOWN => {
+                let ns = costs.of(name, result);
+                slot.store(ns, Relaxed);
+                ns
+            }
+            ns => ns,
+        }
+    }
+}
+
+/// Runs an exported entry point's body under [`guard`], taking at least the host cost the
+/// node's profile gives the call (see `simgpu::profile`: a real driver's calls cost the CPU
+/// microseconds, simgpu's a fraction of that), and records the call when
 /// `SIMGPU_TRACE_CALLS` names a file.
-pub fn entry(name: &str, body: impl FnOnce() -> DriverResult) -> CUresult {
+pub fn entry(name: &str, cost: &HostCost, body: impl FnOnce() -> DriverResult) -> CUresult {
     static FILE: std::sync::OnceLock<Option<std::fs::File>> = std::sync::OnceLock::new();
+    let start = simgpu::clock::now_ns();
     let result = guard(body);
+    if let Some(costs) = crate::init::host_costs() {
+        let until = start + u64::from(cost.of(costs, name, result));
+        while simgpu::clock::now_ns() < until {
+            std::hint::spin_loop();
+        }
+    }
     let file = FILE.get_or_init(|| {
         let path = std::env::var_os(ENV_TRACE_CALLS).filter(|p| !p.is_empty())?;
         std::fs::OpenOptions::new()
@@ -135,7 +184,8 @@ macro_rules! cuda_entry {
             #[no_mangle]
             #[allow(non_snake_case, clippy::missing_safety_doc)]
             pub unsafe extern "C" fn $name($($arg: $ty),*) -> $crate::ffi::CUresult {
-                $crate::ffi::entry(stringify!($name), || $body)
+                static COST: $crate::ffi::HostCost = $crate::ffi::HostCost::new();
+                $crate::ffi::entry(stringify!($name), &COST, || $body)
             }
         )*
     };

@@ -26,6 +26,14 @@ struct Driver {
 /// The outcome of the first `cuInit`; later calls return the same.
 static DRIVER: OnceLock<Result<Driver, CUresult>> = OnceLock::new();
 
+/// The host costs of the node's profile, once `cuInit` attached this process.
+static HOST_COSTS: OnceLock<simgpu::profile::HostCosts> = OnceLock::new();
+
+/// What each driver call costs on the host, by the node's profile; `None` before `cuInit`.
+pub(crate) fn host_costs() -> Option<&'static simgpu::profile::HostCosts> {
+    HOST_COSTS.get()
+}
+
 /// Set in a child forked from an initialized process.
 static FORKED: AtomicBool = AtomicBool::new(false);
 
@@ -55,6 +63,7 @@ fn open() -> Result<Driver, CUresult> {
         eprintln!("simgpu: {e}");
         init_error(&e)
     })?;
+    let _ = HOST_COSTS.set(node.config().profile().host);
     let all: Vec<DeviceInfo> = (0..node.device_count()).map(|i| node.device(i)).collect();
     let visible = visible_devices(std::env::var("CUDA_VISIBLE_DEVICES").ok().as_deref(), &all);
     let devices = visible.iter().map(|&i| all[i].clone()).collect();

@@ -122,8 +122,13 @@ impl KernelLaunch {
         u64::from_le_bytes(bytes)
     }
 
-    /// How long the kernel keeps the engine busy.
+    /// How long the kernel holds the engine: its own work, and the GPU's overhead of a
+    /// kernel (the profile's).
     pub(crate) fn duration_ns(&self, config: &NodeConfig) -> u64 {
+        config.kernel_overhead_ns.saturating_add(self.work_ns(config))
+    }
+
+    fn work_ns(&self, config: &NodeConfig) -> u64 {
         match self.function.behaviour {
             Behaviour::Spin => self.arg(0),
             Behaviour::FillU32 => {

@@ -172,7 +172,11 @@ fn initialize(m: &Mapping, devices: &[DeviceSpec], config: &NodeConfig) {
         h.version = VERSION;
         h.device_count = devices.len() as u32;
         h.size = STATE_SIZE as u64;
+        h.profile = config.profile;
         h.quantum_ns = config.quantum_ns;
+        h.switch_ns = config.switch_ns;
+        h.idle_switch_ns = config.idle_switch_ns;
+        h.kernel_overhead_ns = config.kernel_overhead_ns;
         h.context_memory = config.context_memory;
         h.default_kernel_ns = config.default_kernel_ns;
         h.created_ns = crate::clock::now_ns();
@@ -219,6 +223,15 @@ fn check(m: &Mapping) -> Result<(), NodeError> {
     if !(10_000..=1_000_000_000).contains(&h.quantum_ns) {
         return bad(format!("quantum of {} ns", h.quantum_ns));
     }
+    if h.switch_ns > h.quantum_ns
+        || h.idle_switch_ns > h.quantum_ns
+        || h.kernel_overhead_ns > h.quantum_ns
+    {
+        return bad(format!(
+            "switches of {} and {} ns",
+            h.switch_ns, h.idle_switch_ns
+        ));
+    }
     for (i, d) in s.devices[..h.device_count as usize].iter().enumerate() {
         let name_ok = d.name[MAX_NAME_LEN..].iter().all(|&b| b == 0)
             && d.name[0] != 0
@@ -240,7 +253,11 @@ fn describes(m: &Mapping, devices: &[DeviceSpec], config: &NodeConfig) -> bool {
     let s = m.state();
     let h = &s.header;
     h.device_count as usize == devices.len()
+        && h.profile == config.profile
         && h.quantum_ns == config.quantum_ns
+        && h.switch_ns == config.switch_ns
+        && h.idle_switch_ns == config.idle_switch_ns
+        && h.kernel_overhead_ns == config.kernel_overhead_ns
         && h.context_memory == config.context_memory
         && h.default_kernel_ns == config.default_kernel_ns
         && devices.iter().zip(&s.devices).all(|(spec, d)| {

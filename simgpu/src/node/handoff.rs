@@ -7,10 +7,15 @@ use std::sync::atomic::Ordering::SeqCst;
 use tessera_region::futex::{self, Sharing};
 
 /// Passes the engine held by `slot` to the next waiting slot in round-robin order (or frees
-/// it), recording `at` as the engine time the next holder may start from.
-pub(crate) fn pass_engine(d: &DeviceState, slot: usize, at: u64) {
+/// it), recording `at` as the engine time it stopped: `slot` may start again from there, any
+/// other process `switch_ns` later.
+pub(crate) fn pass_engine(d: &DeviceState, slot: usize, at: u64, switch_ns: u64) {
     let e = &d.engine;
+    // SeqCst (all three): stored before the owner changes, loaded by the next holder after
+    // it sees itself the owner.
     e.handoff_ns.store(at, SeqCst);
+    e.switch_ns.store(switch_ns, SeqCst);
+    e.last_holder.store(slot as u32 + 1, SeqCst);
     let next = next_waiter(d, slot).map_or(0, |s| s as u32 + 1);
     if e.owner
         .compare_exchange(slot as u32 + 1, next, SeqCst, SeqCst)
@@ -32,6 +37,6 @@ fn next_waiter(d: &DeviceState, after: usize) -> Option<usize> {
 pub(crate) fn forget(d: &DeviceState, slot: usize) {
     d.engine.waiting[slot / 64].fetch_and(!(1u64 << (slot % 64)), SeqCst);
     if d.engine.owner.load(SeqCst) == slot as u32 + 1 {
-        pass_engine(d, slot, now_ns());
+        pass_engine(d, slot, now_ns(), 0);
     }
 }

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64};
 /// First bytes of every node state file.
 pub const MAGIC: [u8; 8] = *b"SIMGPU\0\0";
 /// Bumped whenever the layout changes.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 /// The most processes that hold a slot at once.
 pub const MAX_PROCESSES: usize = 256;
 /// Words of the per-device bitmask of processes waiting for the engine.
@@ -32,7 +32,12 @@ pub struct Header {
     pub created_ns: u64,
     /// Set (Release) last during creation; readers check it (Acquire) before trusting the rest.
     pub ready: AtomicU32,
-    pub _pad: u32,
+    /// The hardware profile, an index of `crate::profile::PROFILES`.
+    pub profile: u32,
+    pub switch_ns: u64,
+    pub idle_switch_ns: u64,
+    pub kernel_overhead_ns: u64,
+    pub _pad: [u8; 40],
 }
 
 #[repr(C, align(64))]
@@ -62,6 +67,11 @@ pub struct EngineState {
     /// Engine time at which the engine was last handed off or freed: the next holder
     /// starts no earlier.
     pub handoff_ns: AtomicU64,
+    /// Dead time a holder other than the last one starts after `handoff_ns`: the switch away
+    /// from the last holder (cut in the middle of its kernels, or out of work).
+    pub switch_ns: AtomicU64,
+    /// Slot + 1 of the last holder: it starts again at `handoff_ns` without a switch.
+    pub last_holder: AtomicU32,
     /// Slots waiting for the engine, one bit each.
     pub waiting: [AtomicU64; WAIT_WORDS],
 }
@@ -86,5 +96,5 @@ pub struct NodeState {
 /// The size every node state file of this version has.
 pub const STATE_SIZE: usize = std::mem::size_of::<NodeState>();
 
-const _: () = assert!(std::mem::size_of::<Header>() == 64);
+const _: () = assert!(std::mem::size_of::<Header>() == 128);
 const _: () = assert!(std::mem::align_of::<NodeState>() == 64);

@@ -156,8 +156,9 @@ impl Node {
             .ok()
             .filter(|v| !v.trim().is_empty());
         let devices = parse_devices(named.as_deref().unwrap_or(DEFAULT_DEVICES))?;
-        let config = NodeConfig::from_env()?;
+        let config = NodeConfig::from_env(&devices)?;
         let tuned = [
+            config::ENV_PROFILE,
             config::ENV_QUANTUM_US,
             config::ENV_CONTEXT_MEMORY,
             config::ENV_KERNEL_NS,
@@ -231,7 +232,11 @@ impl Node {
     pub fn config(&self) -> NodeConfig {
         let h = &self.state().header;
         NodeConfig {
+            profile: h.profile,
             quantum_ns: h.quantum_ns,
+            switch_ns: h.switch_ns,
+            idle_switch_ns: h.idle_switch_ns,
+            kernel_overhead_ns: h.kernel_overhead_ns,
             context_memory: h.context_memory,
             default_kernel_ns: h.default_kernel_ns,
         }

@@ -83,6 +83,11 @@ struct Ends {
 struct State {
     queues: HashMap<u64, Queue>,
     ends: HashMap<u64, Ends>,
+    /// The executor sleeps on `wake` for new work: a submission must wake it.
+    sleeping: bool,
+    /// Host threads waiting on `done`: completions wake them, and only then (a wake-up is
+    /// a system call, made with the lock held).
+    done_waiters: usize,
 }
 
 /// One device's executor.
@@ -94,6 +99,8 @@ pub(crate) struct Executor {
     /// Wakes host threads waiting for completions.
     done: Condvar,
     started: Once,
+    /// Operations submitted so far: the executor watches it for a moment before it sleeps.
+    submitted: AtomicU64,
 }
 
 /// `CUDA_ERROR_LAUNCH_FAILED`: what a context reports after simgpu itself failed running
@@ -106,6 +113,13 @@ const LAUNCH_FAILED: CUresult = 719;
 /// record that marks its start does not go to the back of the queue between the two (which
 /// would put other processes' slices inside the measured interval).
 const LINGER: std::time::Duration = std::time::Duration::from_micros(200);
+
+/// How long an executor that ran out of work watches for more before it sleeps. A GPU's
+/// front end polls its channels and costs the host nothing; a sleeping executor costs each
+/// submission a wake-up (a system call, and on a virtual machine an interrupt between CPUs:
+/// microseconds that a real launch does not pay), so it stays awake between the launches of
+/// a busy application.
+const IDLE_POLL_NS: u64 = 20_000;
 
 /// Kernels of one context that run at once, at most (a GPU's concurrent kernel limit is of
 /// this order).
@@ -138,6 +152,7 @@ fn executor(device: usize) -> Result<&'static Executor, CUresult> {
         wake: Condvar::new(),
         done: Condvar::new(),
         started: Once::new(),
+        submitted: AtomicU64::new(0),
     });
     exec.started.call_once(|| {
         std::thread::Builder::new()
@@ -157,6 +172,22 @@ impl Executor {
 
     fn wait<'a>(&self, cv: &Condvar, guard: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
         cv.wait(guard).unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Waits for a completion (a host thread).
+    fn wait_done<'a>(&self, mut state: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
+        state.done_waiters += 1;
+        let mut state = self.wait(&self.done, state);
+        state.done_waiters -= 1;
+        state
+    }
+
+    /// Wakes the host threads waiting for completions, if any (called with the lock held,
+    /// after a completion).
+    fn notify_done(&self, state: &State) {
+        if state.done_waiters > 0 {
+            self.done.notify_all();
+        }
     }
 
     fn run(&'static self, process: &'static Process) {
@@ -189,7 +220,23 @@ impl Executor {
                     holding = false;
                     state = self.lock();
                 } else {
-                    state = self.wait(&self.wake, state);
+                    // Relaxed: a hint to stay awake; whether there is work is decided under
+                    // the lock below.
+                    let seen = self.submitted.load(Relaxed);
+                    drop(state);
+                    let until = now_ns() + IDLE_POLL_NS;
+                    while self.submitted.load(Relaxed) == seen && now_ns() < until {
+                        std::hint::spin_loop();
+                    }
+                    state = self.lock();
+                    if !state.has_runnable() {
+                        // Set and cleared under the lock that `submit` reads it under: a
+                        // submission either sees it and wakes this wait, or came before it
+                        // and was found just above.
+                        state.sleeping = true;
+                        state = self.wait(&self.wake, state);
+                        state.sleeping = false;
+                    }
                 }
                 continue;
             };
@@ -236,7 +283,7 @@ impl Executor {
 
             state = self.lock();
             state.finish(id, end, is_kernel);
-            self.done.notify_all();
+            self.notify_done(&state);
             if is_record {
                 // A stream on another device may wait for this record.
                 drop(state);
@@ -308,7 +355,7 @@ impl Executor {
                 }
                 state.finish(r.id, span.end_ns, true);
             }
-            self.done.notify_all();
+            self.notify_done(&state);
             // What can go on now: operations that take no time, and kernels joining.
             loop {
                 let room = batch.len() < CONCURRENT_KERNELS;
@@ -343,7 +390,7 @@ impl Executor {
                 }
                 state = self.lock();
                 state.finish(id, end, false);
-                self.done.notify_all();
+                self.notify_done(&state);
             }
             if batch.is_empty() {
                 return state;
@@ -489,6 +536,13 @@ impl State {
         Some((id, op, ready, stamp))
     }
 
+    /// Whether some queue's head may run now.
+    fn has_runnable(&self) -> bool {
+        self.queues.values().any(|q| {
+            q.running.is_none() && q.ops.front().is_some_and(|head| self.runnable(q, head))
+        })
+    }
+
     fn runnable(&self, q: &Queue, head: &Op) -> bool {
         if let Work::Wait(event, n) = &head.work {
             if !event.reached(*n) {
@@ -573,7 +627,17 @@ pub(crate) fn submit(stream: &Arc<Stream>, work: Work) -> Result<Mark, CUresult>
         device,
         count: q.submitted,
     };
-    exec.wake.notify_all();
+    let sleeping = state.sleeping;
+    drop(state);
+    // Relaxed: see `IDLE_POLL_NS`; the queue itself is behind the lock. Bumped after the
+    // lock is released, so that the polling executor does not take it while this thread
+    // still holds it (and make the release a wake-up).
+    exec.submitted.fetch_add(1, Relaxed);
+    if sleeping {
+        // The executor set `sleeping` under the lock and waits on `wake`, releasing it
+        // atomically: it is waiting now, and this wakes it.
+        exec.wake.notify_all();
+    }
     Ok(mark)
 }
 
@@ -589,7 +653,7 @@ pub(crate) fn wait_for(mark: Mark) -> DriverResult {
         .get(&mark.stream)
         .is_some_and(|q| q.completed < mark.count)
     {
-        state = exec.wait(&exec.done, state);
+        state = exec.wait_done(state);
     }
     Ok(())
 }
@@ -630,7 +694,7 @@ pub(crate) fn synchronize_context(ctx: &Context) -> DriverResult {
         .collect();
     for (id, count) in marks {
         while state.queues.get(&id).is_some_and(|q| q.completed < count) {
-            state = exec.wait(&exec.done, state);
+            state = exec.wait_done(state);
         }
     }
     Ok(())
