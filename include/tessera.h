@@ -70,7 +70,7 @@
 #define TESSERA_PRIORITY_ONLINE 0u
 #define TESSERA_PRIORITY_OFFLINE 1u
 /* Launches in flight per device when tessera_compute_account.window is 0. */
-#define TESSERA_DEFAULT_WINDOW 64u
+#define TESSERA_DEFAULT_WINDOW 256u
 /* Estimated GPU ns in flight per device when tessera_compute_account.window_ns is 0. */
 #define TESSERA_DEFAULT_WINDOW_NS 4000000ull
 /* A whole device's time in parts per million. */

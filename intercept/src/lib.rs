@@ -15,6 +15,7 @@ pub(crate) use log::tlog;
 
 mod compute;
 mod container;
+mod current;
 mod dlsym;
 mod driver;
 mod env;

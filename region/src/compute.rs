@@ -131,19 +131,24 @@ impl ComputeAccount {
         )
     }
 
-    /// Gives back the places `launches` launches estimated at `estimate_ns` in all took in
-    /// the window.
+    /// Gives back `launches` launches' places in the window and `estimate_ns` of the GPU
+    /// time it counts.
     pub fn leave_window(&self, launches: u32, estimate_ns: u64) {
         leave_window(&self.inflight, &self.inflight_ns, launches, estimate_ns);
     }
 
-    /// Counts a launch estimated at `estimate_ns` in the window without a limit (local
-    /// mode, where each process keeps its own window and the container's counts only say
-    /// what is in flight).
-    pub fn join_window(&self, estimate_ns: u64) {
+    /// Counts `launches` launches and `ns` of GPU time more in the window without a limit
+    /// (local mode, where each process keeps its own window and the container's counts only
+    /// say what is in flight; and a process's held time growing with launches admitted
+    /// already).
+    pub fn join_window_by(&self, launches: u32, ns: u64) {
         // Relaxed (both): see `enter_window`.
-        self.inflight.fetch_add(1, Ordering::Relaxed);
-        self.inflight_ns.fetch_add(estimate_ns, Ordering::Relaxed);
+        if launches != 0 {
+            self.inflight.fetch_add(launches, Ordering::Relaxed);
+        }
+        if ns != 0 {
+            self.inflight_ns.fetch_add(ns, Ordering::Relaxed);
+        }
     }
 
     /// Charges `ns` of measured GPU time to the bucket (which may go into debt) and to

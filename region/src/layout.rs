@@ -43,10 +43,12 @@ pub const PRIORITY_ONLINE: u32 = 0;
 /// [`ComputeAccount::priority`]: work that yields the GPU while online work has some.
 pub const PRIORITY_OFFLINE: u32 = 1;
 /// Launches a container may have in flight per device when [`ComputeAccount::window`] is 0:
-/// a bound on the events its measurement takes, and on the work a wrong estimate lets in
-/// (a kernel function launched small, then large). What bounds the work queued on the GPU
-/// otherwise is [`ComputeAccount::window_ns`].
-pub const DEFAULT_WINDOW: u32 = 64;
+/// a bound on the events its measurement takes (at most one per launch, on a stream whose
+/// queue stays shallow), and on the work a wrong estimate lets in (a kernel function
+/// launched small, then large). Deep enough that kernels of a few microseconds keep the GPU
+/// busy while the host is late; what bounds the work queued on the GPU otherwise is
+/// [`ComputeAccount::window_ns`].
+pub const DEFAULT_WINDOW: u32 = 256;
 /// GPU time a container may have in flight per device when [`ComputeAccount::window_ns`]
 /// is 0: enough launches of short kernels to keep the GPU busy while the library harvests
 /// completions, and at most this much of any container's work for others to wait behind.

@@ -1,50 +1,73 @@
-//! GPU time measured on the application's own streams with CUDA events.
+//! GPU time measured on the application's own streams with CUDA events, at about one driver
+//! call per many launches.
 //!
-//! Around each admitted launch a START and an END event are recorded on the stream. A GPU
-//! writes an event's timestamp when it processes the record in the context's channel, which
-//! it does only while the context has the engine: a START queued behind other processes'
-//! time slices is written when this context's turn comes and the kernel starts, so
-//! `elapsed(START, END)` is the kernel's own time, not the time it spent queued (only a
-//! slice that cuts into the kernel itself is inside it, which the daemon's settlement of
-//! overlapping time takes care of). Without a START (the driver refused one) the kernel's
-//! time is `elapsed(previous END, END)`. Completed ENDs are harvested in stream order at
-//! gated launches, in the gate's wait loop and after the application's synchronizations,
-//! never as a synchronization of their own.
+//! A GPU stamps an event when it reaches it in its stream, and reaches it only while the
+//! context holds the engine. Launches on a stream are measured in *groups*: the launches
+//! admitted one after another while the stream's queue is deep, closed by one END event
+//! recorded right after the group's last launch. A group that starts on an idle stream
+//! (by the estimates, see below) gets a START event before its first launch; any other
+//! group starts where the previous group's END ran, since its first kernel queued behind
+//! that group (or, if the stream drained meanwhile after all, no earlier than the launch).
+//! So a group's interval is the time its kernels held the GPU, plus any other context's
+//! time slice that cut into them, which the daemon's settlement takes out.
 //!
-//! Where the time lands on the node clock (for the busy bins the daemon settles overlap
-//! with): each stream keeps an anchor event, a START, and bounds on when it ran. A START
-//! cannot run before it was recorded (a lower bound), and an END found complete at a
-//! harvest ran before that harvest (an upper bound, `now - elapsed(anchor, END)`); the
-//! upper bound, tightened by every harvest, is the estimate. Without an anchor (no START
-//! completed, or the driver cannot say), intervals end at the moment of the harvest.
+//! A group closes when it holds [`GROUP_LAUNCHES`] launches or a part of the window's time,
+//! when the stream's queue may drain before the next launch comes (by the estimates and the
+//! last gap between launches: then the END goes in right behind the last kernel, never
+//! after an idle gap), before the application synchronizes, and before the gate waits for
+//! room. Deep queues thus cost one record per group; a launch on an idle stream costs a
+//! START and an END.
+//!
+//! Groups are harvested when their END is due by the estimates (every gated launch looks at
+//! one word first), while the gate waits, and after the application's synchronizations:
+//! `cuEventElapsedTime` from the context's anchor ([`super::timeline`]) to the END both
+//! places the group on the node clock and says whether it completed. What a harvested group
+//! adds to the union of this process's busy time on the device ([`super::held`]) is charged
+//! to the container's bucket and written as busy spans; its launches leave the window.
+//!
+//! The window counts time *held* in flight: per stream the estimates of its launches not yet
+//! harvested, and for the process the longest of its streams' queues (streams run at once),
+//! so that a container's streams run as concurrently under a share as alone. The container's
+//! window adds its processes' parts (processes are different contexts, which the GPU
+//! time-slices).
 
 use super::board;
+use super::estimate::Estimates;
+use super::events::{self, Elapsed, Event, POOL_MAX};
+use super::held::Held;
+use super::timeline::{Anchor, REANCHOR_NS};
 use crate::fork_lock::{self, ForkGuard, ForkLock};
-use crate::hooks::real;
 use std::collections::{HashMap, VecDeque};
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use tessera_region::layout::{ComputeAccount, PRIORITY_ONLINE};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use tessera_region::layout::{ComputeAccount, COMPUTE_LOCAL, PRIORITY_ONLINE};
 use tessera_region::{monotonic_ns, Region, MAX_DEVICES};
 
-const SUCCESS: u32 = 0;
-/// `CUDA_ERROR_NOT_READY`.
-const NOT_READY: u32 = 600;
 /// `CU_STREAM_LEGACY`, a handle for the legacy default stream valid everywhere.
 pub(crate) const STREAM_LEGACY: usize = 1;
 /// `CU_STREAM_PER_THREAD`, the calling thread's per-thread default stream.
 pub(crate) const STREAM_PER_THREAD: usize = 2;
-/// Events kept for reuse per context, at most.
-const POOL_MAX: usize = 64;
-/// Estimates kept, at most (one per kernel function or graph launched).
-const ESTIMATES_MAX: usize = 4096;
 
-/// A CUDA event handle.
-type Event = usize;
+/// A group closes at this many launches: a bound on the launches one END frees.
+const GROUP_LAUNCHES: u32 = 32;
+/// ... or at this part of the window's GPU time, so that the window frees in steps small
+/// enough to keep the GPU busy.
+const GROUP_WINDOW_PARTS: u64 = 4;
+/// ... or when its stream's queue holds less than this many of the last gap between two
+/// launches (the next launch may come after the queue drained) ...
+const DEFER_GAPS: u64 = 4;
+/// ... or less than this.
+const DEFER_MIN_NS: u64 = 50_000;
+/// A group found not complete is asked again after half its estimate, within these bounds.
+const RETRY_MIN_NS: u64 = 20_000;
+const RETRY_MAX_NS: u64 = 1_000_000;
+/// A group closed after its stream may have drained ran no later than its estimate after its
+/// start plus this much: its END went in after an idle gap, which is not the group's.
+const LATE_SLACK_NS: u64 = 2_000_000;
 
 /// What a launch puts on the GPU, as the window counts it: the kernel's function or the
-/// executable graph (whose measured time is known from its earlier launches), and the
-/// GPU time it took a place in the window for.
+/// executable graph (whose held time is learnt from its earlier launches), and the GPU time
+/// it took a place in the window for.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Work {
     pub(crate) handle: usize,
@@ -93,58 +116,117 @@ fn thread_id() -> usize {
     unsafe { libc::pthread_self() as usize }
 }
 
-/// A START event and the node-clock time at which it was recorded (it ran then or later).
-type Start = (Event, u64);
-
-/// A stream's anchor: a completed START and bounds on when it ran, on the node clock.
-#[derive(Clone, Copy)]
-struct Anchor {
-    event: Event,
-    /// It ran no earlier than this.
-    lower: u64,
-    /// It ran no later than this: the estimate.
-    upper: u64,
+/// The kinds of work in a group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kinds {
+    None,
+    One(usize),
+    Many,
 }
 
-/// An anchor is moved to a newer START after this much GPU time: `cuEventElapsedTime`
-/// answers in `f32` milliseconds, whose resolution coarsens as the span grows (60 ns at
-/// one second).
-const REANCHOR_NS: u64 = 1_000_000_000;
+/// Launches measured together.
+#[derive(Debug)]
+struct Group {
+    launches: u32,
+    estimate_ns: u64,
+    kinds: Kinds,
+    /// Recorded before its first launch (the stream was idle), and when.
+    start: Option<(Event, u64)>,
+    /// When its first launch was made: its kernels ran no earlier.
+    first_launch_ns: u64,
+    /// Its one launch measured on its own, to learn that work's time.
+    alone: bool,
+}
 
-impl Anchor {
-    /// When `at_gpu` ns after the anchor ran, on the node clock.
-    fn at(&self, at_gpu: u64) -> u64 {
-        self.upper.max(self.lower) + at_gpu
-    }
-
-    /// Learns from an event `at_gpu` ns after the anchor that was recorded at `recorded`
-    /// (a START) and found complete at `seen` (by a harvest).
-    fn bound(&mut self, at_gpu: u64, recorded: Option<u64>, seen: u64) {
-        if let Some(r) = recorded {
-            self.lower = self.lower.max(r.saturating_sub(at_gpu));
+impl Group {
+    fn new(start: Option<(Event, u64)>, now: u64, alone: bool) -> Group {
+        Group {
+            launches: 0,
+            estimate_ns: 0,
+            kinds: Kinds::None,
+            start,
+            first_launch_ns: now,
+            alone,
         }
-        self.upper = self.upper.min(seen.saturating_sub(at_gpu));
+    }
+
+    fn add(&mut self, work: Work) {
+        self.launches += 1;
+        self.estimate_ns += work.estimate_ns;
+        self.kinds = match self.kinds {
+            Kinds::None => Kinds::One(work.handle),
+            Kinds::One(h) if h == work.handle => Kinds::One(h),
+            _ => Kinds::Many,
+        };
     }
 }
 
-/// One admitted launch being measured.
+/// A closed group, its END recorded.
+#[derive(Debug)]
 struct Mark {
-    /// Recorded before the kernel.
-    start: Option<Start>,
+    group: Group,
     end: Event,
-    /// What was launched, and the place it took in the window.
-    work: Work,
+    /// When the END was recorded: it ran no earlier.
+    recorded_ns: u64,
+    /// When to ask whether it completed.
+    due_ns: u64,
+    /// Closed after its stream may have drained.
+    late: bool,
 }
 
 /// What is measured on one stream.
+#[derive(Debug)]
 struct Track {
     ctx: usize,
     device: usize,
+    /// Launches admitted whose END is not recorded yet.
+    open: Option<Group>,
+    /// Closed groups, oldest first.
     pending: VecDeque<Mark>,
-    /// The END of the last harvested launch, the start of the next one without a START.
-    prev_end: Option<Event>,
-    /// Where the stream's intervals are put on the node clock.
+    /// The estimates of every launch of the stream not harvested yet: its queue.
+    queued_ns: u64,
+    /// When its queue drains, by the estimates (node clock).
+    busy_until: u64,
+    /// Its last launch, and the gap before it.
+    last_launch_ns: u64,
+    gap_ns: u64,
+    /// Launches made on it so far: an application's event recorded after launch `n` stands
+    /// for the stream's whole queue while no launch came after it.
+    launches: u64,
+    /// Where its last harvested END ran, as an offset from its context's anchor.
+    prev_end: Option<i64>,
+}
+
+impl Track {
+    fn new(ctx: usize, device: usize) -> Track {
+        Track {
+            ctx,
+            device,
+            open: None,
+            pending: VecDeque::new(),
+            queued_ns: 0,
+            busy_until: 0,
+            last_launch_ns: 0,
+            gap_ns: u64::MAX,
+            launches: 0,
+            prev_end: None,
+        }
+    }
+}
+
+/// A context's anchor and idle events.
+#[derive(Debug, Default)]
+struct Clock {
     anchor: Option<Anchor>,
+    pool: Vec<Event>,
+}
+
+/// This process's part of a device's window: its launches in flight, and the time they hold
+/// (its longest stream queue), as added to the container's account.
+#[derive(Debug, Default, Clone, Copy)]
+struct Mine {
+    launches: u32,
+    held_ns: u64,
 }
 
 /// What this process measures.
@@ -153,19 +235,20 @@ struct Book {
     /// The fork generation it belongs to; a fork child starts afresh.
     generation: u32,
     tracks: HashMap<StreamKey, Track>,
-    /// Idle events per context.
-    pool: HashMap<usize, Vec<Event>>,
-    /// The measured GPU time of each kind of work, by handle ([`estimate`]).
-    estimates: HashMap<usize, u64>,
+    clocks: HashMap<usize, Clock>,
+    estimates: Estimates,
+    held: Vec<Held>,
+    mine: [Mine; MAX_DEVICES],
+    /// The application's events: the stream each was last recorded on, and how many
+    /// launches that stream had then.
+    app_events: HashMap<usize, (StreamKey, u64)>,
+    /// Scratch for the fresh pieces of a harvested interval.
+    fresh: Vec<(u64, u64)>,
 }
 
-/// Marks pending in this process, all streams together: lets a synchronization skip the
-/// harvest with one load when nothing is measured.
-static PENDING: AtomicUsize = AtomicUsize::new(0);
-/// Launches this process has in flight per device, and their estimated GPU time (its part
-/// of the region's `inflight` and `inflight_ns`; its own window in local mode).
-static MINE: [AtomicU32; MAX_DEVICES] = [const { AtomicU32::new(0) }; MAX_DEVICES];
-static MINE_NS: [AtomicU64; MAX_DEVICES] = [const { AtomicU64::new(0) }; MAX_DEVICES];
+/// The earliest time a pending group is due to be asked about (node clock): a gated launch
+/// harvests only once it has passed, without taking the lock before.
+static NEXT_DUE: AtomicU64 = AtomicU64::new(u64::MAX);
 
 /// The book; a fork child finds it afresh (see [`Guard::book`]).
 static BOOK: ForkLock<Option<Book>> = ForkLock::new(None);
@@ -191,263 +274,429 @@ fn lock() -> Guard {
     Guard(BOOK.lock())
 }
 
-/// Whether this process has launches being measured.
-#[inline]
-pub(crate) fn anything_pending() -> bool {
-    // Relaxed: a hint; a harvest it skips happens at the next gated launch or sync.
-    PENDING.load(Ordering::Relaxed) != 0
+/// Lowers [`NEXT_DUE`] to `due`.
+fn due_by(due: u64) {
+    // Relaxed: a hint; a harvest that comes a moment late loses nothing.
+    NEXT_DUE.fetch_min(due, Ordering::Relaxed);
 }
 
-/// Takes a place in this process's own window on `device` (local mode), by the limits of
-/// the container's account `acct`.
-pub(crate) fn enter_mine(acct: &ComputeAccount, device: usize, estimate_ns: u64) -> bool {
-    match (MINE.get(device), MINE_NS.get(device)) {
-        (Some(n), Some(ns)) => tessera_region::compute::enter_window(
-            n,
-            ns,
-            acct.window_or_default(),
-            acct.window_ns_or_default(),
-            estimate_ns,
-        ),
-        _ => false,
+impl Book {
+    /// An event of context `ctx` (current on this thread), from the pool or new.
+    fn take_event(&mut self, ctx: usize) -> Option<Event> {
+        if let Some(e) = self.clocks.get_mut(&ctx).and_then(|c| c.pool.pop()) {
+            return Some(e);
+        }
+        events::create()
+    }
+
+    /// The longest queue of this process's streams on `device`.
+    fn longest_queue(&self, device: usize) -> u64 {
+        self.tracks
+            .values()
+            .filter(|t| t.device == device)
+            .map(|t| t.queued_ns)
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// After the queues on `device` changed: this process's held time there, and the change
+    /// given to (or taken from) the container's account, with `launches` more (or fewer).
+    fn refigure(&mut self, region: &Region, device: usize, launches: i64) {
+        let Some(mine) = self.mine.get(device).copied() else {
+            return;
+        };
+        let held = self.longest_queue(device);
+        let acct = region.compute(device);
+        let more = u32::try_from(launches.max(0)).unwrap_or(u32::MAX);
+        let fewer = u32::try_from((-launches).max(0)).unwrap_or(u32::MAX);
+        if held >= mine.held_ns {
+            acct.join_window_by(more, held - mine.held_ns);
+            acct.leave_window(fewer, 0);
+        } else {
+            acct.join_window_by(more, 0);
+            acct.leave_window(fewer, mine.held_ns - held);
+        }
+        self.mine[device] = Mine {
+            launches: (i64::from(mine.launches) + launches).max(0) as u32,
+            held_ns: held,
+        };
+    }
+
+    /// Closes the open group of the track at `key`: records its END. A group whose END
+    /// cannot be recorded leaves the window unmeasured.
+    fn close(&mut self, region: &Region, key: StreamKey, now: u64) {
+        let Some(track) = self.tracks.get(&key) else {
+            return;
+        };
+        let (ctx, device) = (track.ctx, track.device);
+        if track.open.is_none() {
+            return;
+        }
+        let end = self
+            .take_event(ctx)
+            .filter(|&e| events::record(e, key.handle()));
+        let Some(track) = self.tracks.get_mut(&key) else {
+            return;
+        };
+        let Some(group) = track.open.take() else {
+            return;
+        };
+        // Relaxed: see `anything_in_flight`.
+        OPEN_GROUPS.fetch_sub(1, Ordering::Relaxed);
+        let late = track.busy_until <= now;
+        match end {
+            Some(end) => {
+                let due = track.busy_until.max(now);
+                track.pending.push_back(Mark {
+                    group,
+                    end,
+                    recorded_ns: now,
+                    due_ns: due,
+                    late,
+                });
+                // Relaxed: see `anything_in_flight`.
+                PENDING.fetch_add(1, Ordering::Relaxed);
+                due_by(due);
+            }
+            None => {
+                // Not measurable: it leaves the window now.
+                track.queued_ns = track.queued_ns.saturating_sub(group.estimate_ns);
+                let launches = group.launches;
+                if let Some((start, _)) = group.start {
+                    self.give_event(ctx, start);
+                }
+                self.refigure(region, device, -i64::from(launches));
+            }
+        }
+    }
+
+    fn give_event(&mut self, ctx: usize, e: Event) {
+        let pool = &mut self.clocks.entry(ctx).or_default().pool;
+        if pool.len() < POOL_MAX {
+            pool.push(e);
+        }
+        // Past the pool's size the event is left alive: destroying it here could race with
+        // a thread still synchronizing on it (see `oldest_end`). Rare, and bounded.
     }
 }
 
-/// Counts an admitted launch in this process's part of the container's window.
-pub(crate) fn join_mine(device: usize, estimate_ns: u64) {
-    if let (Some(n), Some(ns)) = (MINE.get(device), MINE_NS.get(device)) {
-        // Relaxed (both): this process's own counts; see `enter_window`.
-        n.fetch_add(1, Ordering::Relaxed);
-        ns.fetch_add(estimate_ns, Ordering::Relaxed);
-    }
-}
-
-/// Takes `launches` launches estimated at `estimate_ns` in all off this process's counts.
-pub(crate) fn leave_mine(device: usize, launches: u32, estimate_ns: u64) {
-    if let (Some(n), Some(ns)) = (MINE.get(device), MINE_NS.get(device)) {
-        tessera_region::compute::leave_window(n, ns, launches, estimate_ns);
-    }
-}
-
-/// Takes `launches` completed (or failed) launches estimated at `estimate_ns` in all off
-/// this process's and the container's windows.
-pub(crate) fn uncount(region: &Region, device: usize, launches: u32, estimate_ns: u64) {
-    leave_mine(device, launches, estimate_ns);
-    region.compute(device).leave_window(launches, estimate_ns);
-}
-
-/// The estimated GPU time of `work` (a kernel's function or an executable graph): what its
-/// launches measured lately, or `None` before the first one completes.
-pub(crate) fn estimate(work: usize) -> Option<u64> {
-    let mut guard = lock();
-    guard.book().estimates.get(&work).copied()
-}
-
-/// Learns from a launch of `work` that measured `ns`. A measurement is the work's own time
-/// plus any other context's time slice that cut into it, so the estimate follows shorter
-/// measurements at once and longer ones by a quarter of the difference: it stays near the
-/// work's own time while neighbours cut into it, so a window sized by it keeps the GPU
-/// busy, and work that really grew is learnt within a few launches (meanwhile the window's
-/// count of launches bounds what a low estimate lets in).
-fn learn(estimates: &mut HashMap<usize, u64>, work: usize, ns: u64) {
-    if estimates.len() >= ESTIMATES_MAX && !estimates.contains_key(&work) {
-        // Handles of work long unloaded accumulate in a program that compiles kernels as it
-        // goes: start over rather than grow without end.
-        estimates.clear();
-    }
-    let e = estimates.entry(work).or_insert(ns);
-    *e = if ns <= *e { ns } else { *e + (ns - *e) / 4 };
-}
-
-/// An event of context `ctx` (current on this thread), from the pool or new.
-fn take_event(book: &mut Book, ctx: usize) -> Option<Event> {
-    if let Some(e) = book.pool.get_mut(&ctx).and_then(Vec::pop) {
-        return Some(e);
-    }
-    let create = real::cuEventCreate::real()?;
-    let mut e: *mut c_void = std::ptr::null_mut();
-    // SAFETY: writes one handle to our local; flags 0 keep timing on.
-    (unsafe { create(&mut e, 0) } == SUCCESS && !e.is_null()).then_some(e as usize)
-}
-
-fn give_event(book: &mut Book, ctx: usize, e: Event) {
-    let pool = book.pool.entry(ctx).or_default();
-    if pool.len() < POOL_MAX {
-        pool.push(e);
-    }
-    // Past the pool's size the event is left alive: destroying it here could race with a
-    // thread still synchronizing on it (see `oldest_end`). Rare, and bounded by launches.
-}
-
-fn record(e: Event, stream: *mut c_void) -> bool {
-    let Some(record) = real::cuEventRecord::real() else {
-        return false;
-    };
-    // SAFETY: an event of the current context and a stream handle the driver just accepted
-    // (or a special handle valid everywhere).
-    unsafe { record(e as *mut c_void, stream) == SUCCESS }
-}
-
-/// Before an admitted launch on `key`: records a START. Returns it, to pass to
-/// [`after_launch`].
-pub(crate) fn before_launch(key: StreamKey, ctx: usize, device: usize) -> Option<Start> {
-    let mut guard = lock();
-    let book = guard.book();
-    let track = book.tracks.entry(key).or_insert_with(|| Track {
-        ctx,
-        device,
-        pending: VecDeque::new(),
-        prev_end: None,
-        anchor: None,
-    });
-    if track.ctx != ctx || track.device != device {
-        // The handle now names a stream of another context: start over on it.
-        track.ctx = ctx;
-        track.device = device;
-        track.prev_end = None;
-        track.anchor = None;
-    }
-    let e = take_event(book, ctx)?;
-    let at = monotonic_ns();
-    if record(e, key.handle()) {
-        Some((e, at))
-    } else {
-        give_event(book, ctx, e);
-        None
-    }
-}
-
-/// After the launch: records the END, or gives the START back if the launch failed or
-/// the END cannot be recorded. Returns whether the launch is being measured (if not, the
-/// caller takes it off the in-flight counts).
-pub(crate) fn after_launch(
+/// A launch admitted into the window, to hand to [`launched`] with the driver's answer.
+#[derive(Debug)]
+pub(crate) struct Admission {
     key: StreamKey,
     ctx: usize,
-    start: Option<Start>,
+    device: usize,
     work: Work,
-    launched: bool,
-) -> bool {
+    /// Recorded before the launch: the stream was idle.
+    start: Option<(Event, u64)>,
+    alone: bool,
+}
+
+impl Admission {
+    /// The device the launch was admitted on.
+    pub(crate) fn device(&self) -> usize {
+        self.device
+    }
+}
+
+/// The estimated GPU time of a launch of `work` (a kernel's function or an executable
+/// graph), `None` before its first measurement, and whether this launch is to be measured
+/// on its own (counts the launch).
+pub(crate) fn estimate(work: usize) -> (Option<u64>, bool) {
     let mut guard = lock();
     let book = guard.book();
-    let end = if launched {
-        take_event(book, ctx).filter(|&e| {
-            let ok = record(e, key.handle());
-            if !ok {
-                give_event(book, ctx, e);
+    let alone = book.estimates.launch(work);
+    (book.estimates.get(work), alone)
+}
+
+/// Takes a place in the window on `device` for a launch of `work` on `key` (in context
+/// `ctx`), by the container's window (with a daemon) or this process's (`local`: so that a
+/// process killed with launches in flight cannot hold the others' window). `None`: no room,
+/// nothing taken. A place is given back with [`launched`] or [`leave`].
+#[allow(clippy::too_many_arguments)] // a launch's whole description
+pub(crate) fn enter(
+    region: &Region,
+    acct: &ComputeAccount,
+    device: usize,
+    key: StreamKey,
+    ctx: usize,
+    work: Work,
+    alone: bool,
+    local: bool,
+) -> Option<Admission> {
+    if device >= MAX_DEVICES {
+        return None;
+    }
+    let mut guard = lock();
+    let book = guard.book();
+    let track = book
+        .tracks
+        .entry(key)
+        .or_insert_with(|| Track::new(ctx, device));
+    if track.ctx != ctx || track.device != device {
+        // The handle now names a stream of another context: start over on it once what
+        // was measured on the old one is harvested (or dropped as gone).
+        if !track.pending.is_empty() || track.open.is_some() {
+            return None;
+        }
+        *track = Track::new(ctx, device);
+    }
+    let now = monotonic_ns();
+    let (queued, idle, has_open) = (track.queued_ns, track.busy_until <= now, track.open.is_some());
+    let mine = book.mine[device];
+    let held = mine.held_ns.max(queued + work.estimate_ns);
+    let more = held - mine.held_ns;
+    let room = if local {
+        mine.launches < acct.window_or_default()
+            && (mine.held_ns == 0 || held <= acct.window_ns_or_default())
+    } else {
+        acct.enter_window(more)
+    };
+    if !room {
+        return None;
+    }
+    if local {
+        acct.join_window_by(1, more);
+    }
+    book.mine[device] = Mine {
+        launches: mine.launches + 1,
+        held_ns: held,
+    };
+    if let Some(track) = book.tracks.get_mut(&key) {
+        track.queued_ns += work.estimate_ns;
+    }
+    // A launch measured alone needs an END right before it; a launch onto a stream that
+    // drained needs the open group closed (late) and a START.
+    if has_open && (alone || idle) {
+        book.close(region, key, now);
+    }
+    let start = if idle {
+        book.take_event(ctx).and_then(|e| {
+            if events::record(e, key.handle()) {
+                Some((e, monotonic_ns()))
+            } else {
+                book.give_event(ctx, e);
+                None
             }
-            ok
         })
     } else {
         None
     };
-    let Some(end) = end else {
-        if let Some((s, _)) = start {
-            give_event(book, ctx, s);
+    Some(Admission {
+        key,
+        ctx,
+        device,
+        work,
+        start,
+        alone,
+    })
+}
+
+/// Gives back the place `a` took (a launch stopped after all, or refused by the driver).
+pub(crate) fn leave(region: &Region, a: Admission) {
+    let mut guard = lock();
+    let book = guard.book();
+    if let Some(track) = book.tracks.get_mut(&a.key) {
+        track.queued_ns = track.queued_ns.saturating_sub(a.work.estimate_ns);
+    }
+    if let Some((start, _)) = a.start {
+        book.give_event(a.ctx, start);
+    }
+    book.refigure(region, a.device, -1);
+}
+
+/// After the launch of `a` returned `ok`: adds it to its stream's open group and closes the
+/// group when it should (see the module's comment); a failed launch leaves the window.
+pub(crate) fn launched(region: &Region, a: Admission, ok: bool) {
+    if !ok {
+        leave(region, a);
+        return;
+    }
+    let window_ns = region.compute(a.device).window_ns_or_default();
+    let mut guard = lock();
+    let book = guard.book();
+    let now = monotonic_ns();
+    let mut unused_start = None;
+    let close = {
+        let Some(track) = book.tracks.get_mut(&a.key) else {
+            return;
+        };
+        let group = match track.open.as_mut() {
+            Some(group) => {
+                // Another thread opened a group on this stream meanwhile: it holds this
+                // launch too, and this START is not needed.
+                unused_start = a.start.map(|(s, _)| s);
+                group
+            }
+            None => {
+                // Relaxed: see `anything_in_flight`.
+                OPEN_GROUPS.fetch_add(1, Ordering::Relaxed);
+                track.open.insert(Group::new(a.start, now, a.alone))
+            }
+        };
+        group.add(a.work);
+        let (alone, launches, estimate) = (group.alone, group.launches, group.estimate_ns);
+        track.busy_until = track.busy_until.max(now) + a.work.estimate_ns;
+        track.gap_ns = now.saturating_sub(track.last_launch_ns);
+        track.last_launch_ns = now;
+        track.launches += 1;
+        let left = track.busy_until - now;
+        alone
+            || launches >= GROUP_LAUNCHES
+            || estimate >= window_ns / GROUP_WINDOW_PARTS
+            || left < track.gap_ns.saturating_mul(DEFER_GAPS).max(DEFER_MIN_NS)
+    };
+    if let Some(s) = unused_start {
+        book.give_event(a.ctx, s);
+    }
+    if close {
+        book.close(region, a.key, now);
+    }
+}
+
+/// Which open groups to close.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Scope {
+    /// The groups of one stream.
+    Stream(StreamKey),
+    /// The groups of one context's streams.
+    Context(usize),
+    /// The groups on one device.
+    Device(usize),
+    /// The group an application's event waits for, if that event was recorded after the
+    /// last launch on its stream (else the stream's queue goes on past it); every group if
+    /// the event is not known.
+    Event(usize),
+    /// Every group.
+    All,
+}
+
+/// The most application events remembered; past it they are forgotten (a synchronization
+/// on a forgotten event closes every open group: a record more per stream).
+const APP_EVENTS_MAX: usize = 4096;
+
+/// Notes that the application recorded its event `event` on `stream` (`per_thread`: a
+/// `_ptsz` entry point), in context `ctx`.
+pub(crate) fn app_event_recorded(event: usize, stream: *mut c_void, per_thread: bool, ctx: usize) {
+    let key = StreamKey::of(stream, per_thread, ctx);
+    let mut guard = lock();
+    let book = guard.book();
+    let Some(track) = book.tracks.get(&key) else {
+        // No launch measured on that stream: nothing of ours for it to stand for.
+        book.app_events.remove(&event);
+        return;
+    };
+    let launches = track.launches;
+    if book.app_events.len() >= APP_EVENTS_MAX && !book.app_events.contains_key(&event) {
+        book.app_events.clear();
+    }
+    book.app_events.insert(event, (key, launches));
+}
+
+/// Closes the open groups in `scope` (before a synchronization or a wait: their kernels are
+/// still queued, so their ENDs go right behind them).
+pub(crate) fn close_open(region: &Region, scope: Scope) {
+    let mut guard = lock();
+    let book = guard.book();
+    let scope = match scope {
+        Scope::Event(e) => match book.app_events.get(&e) {
+            Some(&(key, launches)) => match book.tracks.get(&key) {
+                Some(t) if t.launches == launches => Scope::Stream(key),
+                // Launched on since, or nothing of ours there: its queue goes on.
+                _ => return,
+            },
+            None => Scope::All,
+        },
+        other => other,
+    };
+    let keys: Vec<StreamKey> = book
+        .tracks
+        .iter()
+        .filter(|(k, t)| {
+            t.open.is_some()
+                && match scope {
+                    Scope::Stream(s) => **k == s,
+                    Scope::Context(c) => t.ctx == c,
+                    Scope::Device(d) => t.device == d,
+                    Scope::Event(_) | Scope::All => true,
+                }
+        })
+        .map(|(k, _)| *k)
+        .collect();
+    let now = monotonic_ns();
+    for key in keys {
+        book.close(region, key, now);
+    }
+}
+
+/// When to harvest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Harvest {
+    /// Only groups due by the estimates, and at most once every [`HARVEST_EVERY_NS`] (a
+    /// gated launch).
+    Due,
+    /// Every group, oldest first on each stream, until one has not completed (a wait, a
+    /// synchronization).
+    All,
+}
+
+/// A gated launch harvests at most this often: the bucket learns what ran within this
+/// long, well inside a refill period, and a process with many short groups pays a driver
+/// call per harvest rather than per group.
+const HARVEST_EVERY_NS: u64 = 250_000;
+
+/// When this process last harvested (node clock).
+static LAST_HARVEST: AtomicU64 = AtomicU64::new(0);
+
+/// Harvests completed groups of this process: charges the container's bucket and busy
+/// spans with what they add to the time this process held each device, takes their
+/// launches out of the window, and wakes the device's gate when launches left it. With
+/// `idle_check` (after a synchronization) it also clears `active` where nothing is left in
+/// flight or waiting; the launch gate passes `false`, since the launch it harvests for is
+/// work of its own. Returns how many launches completed.
+pub(crate) fn harvest(region: &Region, how: Harvest, idle_check: bool) -> usize {
+    if how == Harvest::Due {
+        let now = monotonic_ns();
+        // Relaxed (both): hints; a harvest that comes a moment late loses nothing.
+        if now < NEXT_DUE.load(Ordering::Relaxed)
+            || now < LAST_HARVEST.load(Ordering::Relaxed) + HARVEST_EVERY_NS
+        {
+            return 0;
         }
-        return false;
-    };
-    let Some(track) = book.tracks.get_mut(&key) else {
-        return false;
-    };
-    track.pending.push_back(Mark { start, end, work });
-    // Relaxed: see `anything_pending`.
-    PENDING.fetch_add(1, Ordering::Relaxed);
-    true
-}
-
-/// Whether an event's work has completed: `Some(true)` done, `Some(false)` not yet,
-/// `None` if the driver no longer knows it (its context is gone).
-fn query_done(e: Event) -> Option<bool> {
-    let query = real::cuEventQuery::real()?;
-    // SAFETY: an event handle this library created; a destroyed one is an error code.
-    match unsafe { query(e as *mut c_void) } {
-        SUCCESS => Some(true),
-        NOT_READY => Some(false),
-        _ => None,
     }
-}
-
-fn elapsed_ns(from: Event, to: Event) -> Option<u64> {
-    let elapsed = real::cuEventElapsedTime::real()?;
-    let mut ms = 0f32;
-    // SAFETY: writes one float to our local; both events are ours and complete.
-    let rc = unsafe { elapsed(&mut ms, from as *mut c_void, to as *mut c_void) };
-    (rc == SUCCESS && ms.is_finite() && ms >= 0.0).then(|| (f64::from(ms) * 1e6) as u64)
-}
-
-/// Harvests every completed END of this process: charges the container's bucket, busy bins
-/// and measured time on the device, and takes the launches off the in-flight counts. Wakes
-/// the device's gate when launches were taken off and someone waits. With `idle_check`
-/// (after a synchronization) it also clears `active` where nothing is left in flight or
-/// waiting; the launch gate passes `false`, since the launch it harvests for is work of its
-/// own (clearing there would drop the flag in the middle of a burst of launches). Returns
-/// how many launches completed.
-pub(crate) fn harvest(region: &Region, idle_check: bool) -> usize {
-    if !anything_pending() {
-        return 0;
-    }
-    let mut done = [(0u32, 0u64); MAX_DEVICES];
+    let mut done = [0u32; MAX_DEVICES];
     let mut total = 0;
     {
         let mut guard = lock();
         let book = guard.book();
-        let Book {
-            tracks,
-            pool,
-            estimates,
-            ..
-        } = book;
-        for track in tracks.values_mut() {
-            while let Some(mark) = track.pending.front() {
-                let state = query_done(mark.end);
-                // Read after the query: the END had completed by then, so this is an upper
-                // bound on when it ran. A clock read before the query is not (the thread may
-                // be descheduled between the two while the END completes), and one such
-                // sample would pull the stream's anchor early for good.
-                let now = monotonic_ns();
-                if state == Some(false) {
-                    break;
+        let now = monotonic_ns();
+        // Relaxed: see above.
+        LAST_HARVEST.store(now, Ordering::Relaxed);
+        let keys: Vec<StreamKey> = book
+            .tracks
+            .iter()
+            .filter(|(_, t)| !t.pending.is_empty())
+            .map(|(k, _)| *k)
+            .collect();
+        let mut next_due = u64::MAX;
+        for key in keys {
+            if let Some((device, n)) = harvest_stream(book, region, key, how, now) {
+                if let Some(d) = done.get_mut(device) {
+                    *d += n;
                 }
-                let mark = track.pending.pop_front().expect("front exists");
-                // Relaxed: see `anything_pending`.
-                PENDING.fetch_sub(1, Ordering::Relaxed);
-                if let Some((n, ns)) = done.get_mut(track.device) {
-                    *n += 1;
-                    *ns += mark.work.estimate_ns;
-                }
-                total += 1;
-                let recycle = pool.entry(track.ctx).or_default();
-                let mut retire = |e: Event| {
-                    if recycle.len() < POOL_MAX {
-                        recycle.push(e);
-                    }
-                };
-                if state != Some(true) {
-                    // Its context is gone: nothing to measure, nothing to reuse.
-                    track.prev_end = None;
-                    track.anchor = None;
-                    continue;
-                }
-                let from = mark.start.map(|(s, _)| s).or(track.prev_end);
-                let ns = from.and_then(|f| elapsed_ns(f, mark.end)).unwrap_or(0);
-                if mark.start.is_some() {
-                    learn(estimates, mark.work.handle, ns);
-                }
-                let (start_at, end_at) = place(&mut track.anchor, &mark, ns, now, &mut retire);
-                if let Some(prev) = track.prev_end.replace(mark.end) {
-                    retire(prev);
-                }
-                if ns > 0 && track.device < MAX_DEVICES {
-                    let acct = region.compute(track.device);
-                    acct.charge(ns);
-                    acct.add_span(start_at, end_at);
-                }
+                total += n as usize;
+            }
+            if let Some(m) = book.tracks.get(&key).and_then(|t| t.pending.front()) {
+                next_due = next_due.min(m.due_ns);
             }
         }
+        // Relaxed: see `due_by`. Stored under the lock, with every pending group seen.
+        NEXT_DUE.store(next_due, Ordering::Relaxed);
+        book.tracks
+            .retain(|_, t| t.open.is_some() || !t.pending.is_empty() || t.queued_ns > 0);
     }
-    for (device, &(n, ns)) in done.iter().enumerate() {
+    for (device, &n) in done.iter().enumerate() {
         if n > 0 {
-            uncount(region, device, n, ns);
             if idle_check {
                 settle_active(region, device);
             }
@@ -457,62 +706,248 @@ pub(crate) fn harvest(region: &Region, idle_check: bool) -> usize {
     total
 }
 
-/// Where a harvested launch ran on the node clock, `(start, end)`: from the stream's anchor,
-/// which the launch's own events first tighten (or become, for the stream's first START
-/// and once the anchor is [`REANCHOR_NS`] old). Without an anchor, it ended at `now`.
-/// Events the anchor no longer needs go to `retire`.
-fn place(
-    anchor: &mut Option<Anchor>,
-    mark: &Mark,
-    ns: u64,
+/// The context's anchor, or a new one at `end` if `end` completed (its first completed END);
+/// `None` while `end` has not completed, or if its context is gone (`Err`).
+fn anchor_for(book: &mut Book, ctx: usize, end: Event, recorded: u64) -> Result<Option<Anchor>, ()> {
+    if let Some(a) = book.clocks.get(&ctx).and_then(|c| c.anchor) {
+        return Ok(Some(a));
+    }
+    match events::elapsed(end, end) {
+        Elapsed::Done(_) => {
+            let a = Anchor::new(end, recorded, monotonic_ns());
+            book.clocks.entry(ctx).or_default().anchor = Some(a);
+            Ok(Some(a))
+        }
+        Elapsed::Pending => Ok(None),
+        Elapsed::Gone => Err(()),
+    }
+}
+
+/// Where the END of `mark` ran, as an offset from the anchor (whose bounds a completed END
+/// tightens), or why not.
+fn offset_of(anchor: &mut Anchor, mark: &Mark) -> Elapsed {
+    let answer = events::elapsed(anchor.event, mark.end);
+    if let Elapsed::Done(g) = answer {
+        // Read after the driver said the END completed: an upper bound on when it ran.
+        anchor.bound(g, Some(mark.recorded_ns), Some(monotonic_ns()));
+    }
+    answer
+}
+
+/// Harvests the due groups of the stream at `key` that completed: the newest of them is
+/// asked first (one driver call), then, if it has not completed, the oldest. Consecutive
+/// groups are charged as one interval (their kernels queued back to back), split only
+/// where a group started on an idle stream, was closed late, or is measured alone. Returns
+/// the stream's device and the launches harvested.
+fn harvest_stream(
+    book: &mut Book,
+    region: &Region,
+    key: StreamKey,
+    how: Harvest,
     now: u64,
-    retire: &mut impl FnMut(Event),
-) -> (u64, u64) {
-    if let Some((start, recorded)) = mark.start {
-        match *anchor {
-            None => {
-                *anchor = Some(Anchor {
-                    event: start,
-                    lower: recorded,
-                    upper: u64::MAX,
-                })
+) -> Option<(usize, u32)> {
+    let (ctx, device, due) = {
+        let t = book.tracks.get(&key)?;
+        let due = match how {
+            Harvest::All => t.pending.len(),
+            Harvest::Due => t.pending.iter().take_while(|m| m.due_ns <= now).count(),
+        };
+        (t.ctx, t.device, due)
+    };
+    if due == 0 {
+        return None;
+    }
+    let (end, recorded) = {
+        let m = &book.tracks.get(&key)?.pending[0];
+        (m.end, m.recorded_ns)
+    };
+    let mut anchor = match anchor_for(book, ctx, end, recorded) {
+        Ok(Some(a)) => a,
+        Ok(None) => {
+            retry(book, key, 0, now);
+            return None;
+        }
+        Err(()) => return Some(drop_stream(book, region, key)),
+    };
+    // The newest completed group among the due ones, and its END's offset.
+    let mut newest = None;
+    for i in [due - 1, 0] {
+        let mark = &book.tracks.get(&key)?.pending[i];
+        match offset_of(&mut anchor, mark) {
+            Elapsed::Done(g) => {
+                newest = Some((i, g));
+                break;
             }
-            Some(mut a) => match elapsed_ns(a.event, start) {
-                Some(g) => {
-                    a.bound(g, Some(recorded), u64::MAX);
-                    if g >= REANCHOR_NS {
-                        retire(a.event);
-                        a = Anchor {
-                            event: start,
-                            lower: a.lower.saturating_add(g),
-                            upper: a.upper.saturating_add(g),
-                        };
-                    } else {
-                        retire(start);
-                    }
-                    *anchor = Some(a);
-                }
-                // The anchor is unusable (a reset context): start again from this START.
-                None => {
-                    retire(a.event);
-                    *anchor = Some(Anchor {
-                        event: start,
-                        lower: recorded,
-                        upper: u64::MAX,
-                    });
-                }
-            },
+            Elapsed::Pending => retry(book, key, i, now),
+            Elapsed::Gone => return Some(drop_stream(book, region, key)),
+        }
+        if due == 1 {
+            break;
         }
     }
-    let Some(a) = anchor.as_mut() else {
-        return (now.saturating_sub(ns), now);
+    book.clocks.entry(ctx).or_default().anchor = Some(anchor);
+    let (last, last_offset) = newest?;
+    let marks: Vec<Mark> = book.tracks.get_mut(&key)?.pending.drain(..=last).collect();
+    // Relaxed: see `anything_in_flight`.
+    PENDING.fetch_sub(marks.len(), Ordering::Relaxed);
+    let launches: u32 = marks.iter().map(|m| m.group.launches).sum();
+    let mut from = 0;
+    while from < marks.len() {
+        // A segment: from `from` to the first group that ends one.
+        let mut to = from;
+        while to + 1 < marks.len() && !splits(&marks[to], &marks[to + 1]) {
+            to += 1;
+        }
+        let offset = if to == last {
+            Some(last_offset)
+        } else {
+            match offset_of(&mut anchor, &marks[to]) {
+                Elapsed::Done(g) => Some(g),
+                _ => None,
+            }
+        };
+        charge_segment(book, region, key, &mut anchor, &marks[from..=to], offset);
+        from = to + 1;
+    }
+    // The anchor moves on to the newest END once it is far: its bounds carried, every
+    // stream of the context re-based on it.
+    let newest_end = marks[last].end;
+    let mut retire: Vec<Event> = marks
+        .iter()
+        .flat_map(|m| [Some(m.end), m.group.start.map(|(s, _)| s)])
+        .flatten()
+        .filter(|&e| e != anchor.event)
+        .collect();
+    if last_offset >= REANCHOR_NS {
+        retire.retain(|&e| e != newest_end);
+        retire.push(anchor.event);
+        anchor = anchor.moved_to(newest_end, last_offset);
+        for t in book.tracks.values_mut().filter(|t| t.ctx == ctx) {
+            t.prev_end = t.prev_end.map(|g| g - last_offset);
+        }
+    }
+    book.clocks.entry(ctx).or_default().anchor = Some(anchor);
+    for e in retire {
+        book.give_event(ctx, e);
+    }
+    book.refigure(region, device, -i64::from(launches));
+    Some((device, launches))
+}
+
+/// Whether the groups `a` then `b` of a stream are charged apart: `b` started on an idle
+/// stream (its START says when), `a` was closed late (its END is clamped), or either is a
+/// launch measured alone.
+fn splits(a: &Mark, b: &Mark) -> bool {
+    b.group.start.is_some() || a.late || a.group.alone || b.group.alone
+}
+
+/// Asks about the stream's `i`th pending group again later.
+fn retry(book: &mut Book, key: StreamKey, i: usize, now: u64) {
+    if let Some(m) = book.tracks.get_mut(&key).and_then(|t| t.pending.get_mut(i)) {
+        let retry = (m.group.estimate_ns / 2).clamp(RETRY_MIN_NS, RETRY_MAX_NS);
+        m.due_ns = m.due_ns.max(now + retry);
+    }
+}
+
+/// The stream's context is gone: its groups leave the window unmeasured, its events are not
+/// reused. Returns its device and the launches that left.
+fn drop_stream(book: &mut Book, region: &Region, key: StreamKey) -> (usize, u32) {
+    let Some(t) = book.tracks.get_mut(&key) else {
+        return (0, 0);
     };
-    let Some(g) = elapsed_ns(a.event, mark.end) else {
-        return (now.saturating_sub(ns), now);
+    let device = t.device;
+    let launches: u32 = t.pending.iter().map(|m| m.group.launches).sum();
+    // Relaxed: see `anything_in_flight`.
+    PENDING.fetch_sub(t.pending.len(), Ordering::Relaxed);
+    t.pending.clear();
+    t.queued_ns = t.open.as_ref().map_or(0, |g| g.estimate_ns);
+    t.prev_end = None;
+    let ctx = t.ctx;
+    book.clocks.remove(&ctx);
+    book.refigure(region, device, -i64::from(launches));
+    (device, launches)
+}
+
+/// Charges the completed groups `marks` of the stream at `key`, which ran back to back,
+/// as one interval ending at `end` (an offset from `anchor`; `None` if the driver could not
+/// say, when they are only taken off the queue), and learns from them.
+fn charge_segment(
+    book: &mut Book,
+    region: &Region,
+    key: StreamKey,
+    anchor: &mut Anchor,
+    marks: &[Mark],
+    end: Option<i64>,
+) {
+    let Some(track) = book.tracks.get(&key) else {
+        return;
     };
-    a.bound(g, None, now);
-    let end = a.at(g).min(now);
-    (end.saturating_sub(ns), end)
+    let (device, prev_end) = (track.device, track.prev_end);
+    let estimate: u64 = marks.iter().map(|m| m.group.estimate_ns).sum();
+    let launches: u32 = marks.iter().map(|m| m.group.launches).sum();
+    if let Some(t) = book.tracks.get_mut(&key) {
+        t.queued_ns = t.queued_ns.saturating_sub(estimate);
+        t.prev_end = end;
+    }
+    let (Some(first), Some(last), Some(end)) = (marks.first(), marks.last(), end) else {
+        return;
+    };
+    let start = first
+        .group
+        .start
+        .and_then(|(s, recorded)| match events::elapsed(anchor.event, s) {
+            Elapsed::Done(g) => {
+                anchor.bound(g, Some(recorded), None);
+                Some(anchor.at(g))
+            }
+            _ => None,
+        })
+        .unwrap_or_else(|| {
+            // Queued behind the previous group, or launched after it.
+            let after_previous = prev_end.map_or(0, |g| anchor.at(g));
+            after_previous.max(first.group.first_launch_ns)
+        });
+    let mut end = anchor.at(end);
+    if last.late {
+        let latest = start
+            .saturating_add(estimate)
+            .saturating_add(LATE_SLACK_NS);
+        end = end.min(latest);
+    }
+    let start = start.min(end);
+    let ns = end - start;
+    let kinds = marks.iter().fold(Kinds::None, |k, m| match (k, m.group.kinds) {
+        (Kinds::None, x) => x,
+        (Kinds::One(a), Kinds::One(b)) if a == b => Kinds::One(a),
+        _ => Kinds::Many,
+    });
+    if let (Kinds::One(work), Some(n)) = (kinds, std::num::NonZeroU64::new(launches.into())) {
+        book.estimates.learn(work, ns / n);
+    }
+    // What is still queued behind these runs after them: the prediction of when the queue
+    // drains follows the GPU where it runs slower than the estimates (a neighbour's slices,
+    // estimates that follow the shortest measurements).
+    if let Some(t) = book.tracks.get_mut(&key) {
+        t.busy_until = t.busy_until.max(end.saturating_add(t.queued_ns));
+    }
+    charge(book, region, device, start, end);
+}
+
+/// Charges the container for what `[start, end)` adds to the time this process held
+/// `device`, and writes those pieces as busy spans.
+fn charge(book: &mut Book, region: &Region, device: usize, start: u64, end: u64) {
+    if book.held.len() <= device {
+        book.held.resize_with(device + 1, Held::default);
+    }
+    let fresh_ns = book.held[device].add(start, end, &mut book.fresh);
+    if fresh_ns == 0 {
+        return;
+    }
+    let acct = region.compute(device);
+    acct.charge(fresh_ns);
+    for &(s, e) in &book.fresh {
+        acct.add_span(s, e);
+    }
 }
 
 /// Clears the device's `active` flag when the container has nothing in flight or waiting
@@ -541,7 +976,7 @@ pub(crate) fn settle_active(region: &Region, device: usize) {
     }
 }
 
-/// The oldest END this process is waiting for on `device`, to wait on when its window is
+/// The oldest END this process is waiting for on `device`, to wait on when the window is
 /// full. The event may be recycled meanwhile; waiting on it then waits for a later launch
 /// of this process, which is also fine.
 pub(crate) fn oldest_end(device: usize) -> Option<Event> {
@@ -556,21 +991,33 @@ pub(crate) fn oldest_end(device: usize) -> Option<Event> {
 
 /// Waits for an event with the real `cuEventSynchronize`.
 pub(crate) fn wait_event(e: Event) {
-    if let Some(sync) = real::cuEventSynchronize::real() {
-        // SAFETY: an event handle this library created; a stale one returns an error.
-        unsafe { sync(e as *mut c_void) };
-    }
+    events::synchronize(e);
+}
+
+/// Open groups and closed groups not harvested yet, in this process.
+static OPEN_GROUPS: AtomicUsize = AtomicUsize::new(0);
+static PENDING: AtomicUsize = AtomicUsize::new(0);
+
+/// Whether this process measures launches (a synchronization then has groups to close and
+/// harvest): one load or two when it does not.
+#[inline]
+pub(crate) fn anything_in_flight() -> bool {
+    // Relaxed (both): counts kept under the book's lock; a hint here, since what a stale
+    // answer skips is harvested at the next gated launch or synchronization.
+    PENDING.load(Ordering::Relaxed) != 0 || OPEN_GROUPS.load(Ordering::Relaxed) != 0
+}
+
+/// Whether this process uses local mode on `acct`'s device.
+pub(crate) fn is_local(acct: &ComputeAccount) -> bool {
+    // Relaxed: a setting read afresh at every launch.
+    acct.mode.load(Ordering::Relaxed) == COMPUTE_LOCAL
 }
 
 /// In a fork child: the parent's measurements are not the child's. Async-signal-safe:
 /// atomic stores only (the book itself is replaced at its next use, by generation).
 pub(crate) fn after_fork_in_child() {
-    // Relaxed throughout: the child has one thread until it returns from fork.
+    // Relaxed: the child has one thread until it returns from fork.
+    NEXT_DUE.store(u64::MAX, Ordering::Relaxed);
+    OPEN_GROUPS.store(0, Ordering::Relaxed);
     PENDING.store(0, Ordering::Relaxed);
-    for m in &MINE {
-        m.store(0, Ordering::Relaxed);
-    }
-    for m in &MINE_NS {
-        m.store(0, Ordering::Relaxed);
-    }
 }

@@ -4,46 +4,47 @@
 //! `cuLaunchCooperativeKernel`, `cuGraphLaunch`, and their `_ptsz` twins) asks [`admit`]
 //! first. In a container limited on no device that is two loads: the container (a
 //! `OnceLock`) and the region header's `compute_limited` bits. Otherwise the gate finds the
-//! launch's device (the current context, cached per thread) and, if that device is limited,
-//! admits the launch while the device is not blocked, the container's GPU-time bucket is
-//! positive and its in-flight window has room; else the thread counts itself in `waiting`
-//! and sleeps on the region's `gate` futex word (at most 1 ms at a time, harvesting
-//! completions and, in local mode, refilling between sleeps) or, when only the window is
-//! full, on the completion of its own oldest launch. Admitted launches are measured with
-//! events ([`measure`]) and charged as they complete: never a synchronization per kernel.
+//! launch's device (the current context, kept per thread by [`crate::current`]: no driver
+//! call) and, unless a capture is in progress somewhere in the process ([`capture`]: then
+//! it asks the driver whether this stream captures), admits the launch while the device is
+//! not blocked, the container's GPU-time bucket is positive and its in-flight window has
+//! room for the time the launch adds to what the container holds in flight; else the
+//! thread counts itself in `waiting` and sleeps on the region's `gate` futex word (at most
+//! 1 ms at a time, harvesting completions and, in local mode, refilling between sleeps) or,
+//! when only the window is full, on the completion of its own oldest launches. Admitted
+//! launches are measured in groups with events ([`measure`]) and charged as they complete:
+//! never a synchronization per kernel, and about one driver call per many launches.
 //!
 //! `TESSERA_COMPUTE=fixed:Q` without a daemon puts the region's devices in local mode (see
 //! `container::local_share`): the processes refill the bucket themselves.
 
 mod board;
-mod measure;
+pub(crate) mod capture;
+mod estimate;
+mod events;
+mod held;
+pub(crate) mod measure;
 pub(crate) mod sync;
+mod timeline;
 
 use crate::container;
-use crate::hooks::real;
-use measure::{StreamKey, Work};
-use std::cell::Cell;
+use crate::current;
+use measure::{Admission, Harvest, StreamKey, Work};
 use std::ffi::c_void;
 use std::sync::atomic::Ordering;
-use tessera_region::layout::{ComputeAccount, COMPUTE_LOCAL, PRIORITY_ONLINE};
-use tessera_region::{monotonic_ns, Region, MAX_DEVICES};
+use tessera_region::layout::{ComputeAccount, PRIORITY_ONLINE};
+use tessera_region::{monotonic_ns, Region};
 
 const SUCCESS: u32 = 0;
 /// The longest a throttled launch sleeps before it looks again.
 const WAIT_NS: u64 = 1_000_000;
 /// The longest it sleeps for room in a window held by other processes' launches.
 const WINDOW_WAIT_NS: u64 = 200_000;
-/// `CU_STREAM_CAPTURE_STATUS_NONE`.
-const CAPTURE_NONE: u32 = 0;
 
 /// An admitted launch, to hand to [`launched`] with the driver's answer.
 pub(crate) struct Ticket {
     region: &'static Region,
-    device: usize,
-    key: StreamKey,
-    ctx: usize,
-    start: Option<(usize, u64)>,
-    work: Work,
+    admission: Admission,
 }
 
 /// The gate, before a launch of `work` (a kernel's function or an executable graph) on
@@ -66,87 +67,34 @@ fn admit_limited(
     per_thread: bool,
     handle: usize,
 ) -> Option<Ticket> {
-    let (ctx, device) = current_device()?;
-    if region.compute_limited() & (1 << device) == 0 || capturing(stream, per_thread) {
+    let here = current::get()?;
+    let device = here.device;
+    if region.compute_limited() & (1 << device) == 0 || capture::capturing(stream, per_thread) {
         return None;
     }
     // Work never measured yet is taken for a whole window: it goes alone until its first
     // completion says how long it runs (a graph of a hundred kernels is not let in a
     // hundred times over on a guess).
-    let estimate_ns =
-        measure::estimate(handle).unwrap_or_else(|| region.compute(device).window_ns_or_default());
+    let (known, alone) = measure::estimate(handle);
+    let estimate_ns = known.unwrap_or_else(|| region.compute(device).window_ns_or_default());
     let work = Work {
         handle,
         estimate_ns,
     };
-    if !wait_for_admission(region, device, work) {
-        return None;
-    }
-    let key = StreamKey::of(stream, per_thread, ctx);
-    let start = measure::before_launch(key, ctx, device);
-    Some(Ticket {
-        region,
-        device,
-        key,
-        ctx,
-        start,
-        work,
-    })
+    let key = StreamKey::of(stream, per_thread, here.context);
+    let admission = wait_for_admission(region, device, key, here.context, work, alone)?;
+    Some(Ticket { region, admission })
 }
 
 /// After an admitted launch returned `rc`: measures it, or gives its place in the window
-/// back if it failed or cannot be measured.
+/// back if it failed.
 pub(crate) fn launched(t: Ticket, rc: u32) {
-    if !measure::after_launch(t.key, t.ctx, t.start, t.work, rc == SUCCESS) {
-        measure::uncount(t.region, t.device, 1, t.work.estimate_ns);
-        measure::settle_active(t.region, t.device);
-        t.region.compute(t.device).wake_gate();
+    let device = t.admission.device();
+    measure::launched(t.region, t.admission, rc == SUCCESS);
+    if rc != SUCCESS {
+        measure::settle_active(t.region, device);
+        t.region.compute(device).wake_gate();
     }
-}
-
-thread_local! {
-    /// The last context this thread launched in, and its device.
-    static CURRENT: Cell<(usize, usize)> = const { Cell::new((0, usize::MAX)) };
-}
-
-/// The current context and its device (cached per thread by context handle).
-fn current_device() -> Option<(usize, usize)> {
-    let get = real::cuCtxGetCurrent::real()?;
-    let mut ctx: *mut c_void = std::ptr::null_mut();
-    // SAFETY: writes one handle to our local.
-    if unsafe { get(&mut ctx) } != SUCCESS || ctx.is_null() {
-        return None;
-    }
-    let (cached, device) = CURRENT.get();
-    if cached == ctx as usize && device < MAX_DEVICES {
-        return Some((cached, device));
-    }
-    let get_device = real::cuCtxGetDevice::real()?;
-    let mut dev = -1;
-    // SAFETY: writes one int to our local.
-    if unsafe { get_device(&mut dev) } != SUCCESS {
-        return None;
-    }
-    let device = usize::try_from(dev).ok().filter(|&d| d < MAX_DEVICES)?;
-    CURRENT.set((ctx as usize, device));
-    Some((ctx as usize, device))
-}
-
-/// Whether work on `stream` goes into a graph being captured (it is gated when the graph
-/// is launched) — or the driver cannot say, in which case the launch is not gated either.
-fn capturing(stream: *mut c_void, per_thread: bool) -> bool {
-    let Some(is_capturing) = real::cuStreamIsCapturing::real() else {
-        return true;
-    };
-    let stream = if per_thread && stream.is_null() {
-        measure::STREAM_PER_THREAD as *mut c_void
-    } else {
-        stream
-    };
-    let mut status = CAPTURE_NONE;
-    // SAFETY: the caller's stream (or a special handle); writes one status to our local.
-    let rc = unsafe { is_capturing(stream, &mut status) };
-    rc != SUCCESS || status != CAPTURE_NONE
 }
 
 /// Why a launch cannot go yet.
@@ -157,15 +105,22 @@ enum Refusal {
     WindowFull,
 }
 
-/// Waits until the launch of `work` may go on `device`; `false` if the device became
-/// unlimited.
-fn wait_for_admission(region: &Region, device: usize, work: Work) -> bool {
+/// Waits until the launch of `work` on `key` may go on `device`; `None` if the device
+/// became unlimited (the launch goes ungated).
+fn wait_for_admission(
+    region: &Region,
+    device: usize,
+    key: StreamKey,
+    ctx: usize,
+    work: Work,
+    alone: bool,
+) -> Option<Admission> {
     let acct = region.compute(device);
     raise_active(acct, device);
     let mut waiting_since = None;
     let admitted = loop {
         if !acct.is_limited() {
-            break false;
+            break None;
         }
         let now = monotonic_ns();
         if region.take_over_if_daemon_silent(device, now) {
@@ -175,10 +130,16 @@ fn wait_for_admission(region: &Region, device: usize, work: Work) -> bool {
             );
         }
         acct.refill_local(now);
-        measure::harvest(region, false);
         if waiting_since.is_none() {
-            if try_admit(acct, device, work).is_ok() {
-                break true;
+            measure::harvest(region, Harvest::Due, false);
+            match try_admit(region, acct, device, key, ctx, work, alone) {
+                Ok(a) => break Some(a),
+                Err(refusal) => {
+                    if refusal == Refusal::WindowFull {
+                        // Room comes from completions: what is open must be measurable.
+                        measure::close_open(region, measure::Scope::Device(device));
+                    }
+                }
             }
             // SeqCst: the waiter's half of the protocol in `tessera_region`'s compute
             // module: counted before `gate` is loaded.
@@ -186,22 +147,26 @@ fn wait_for_admission(region: &Region, device: usize, work: Work) -> bool {
             waiting_since = Some(monotonic_ns());
             continue;
         }
+        measure::harvest(region, Harvest::All, false);
         // SeqCst: see above; loaded after counting, checked after loading.
         let seen = acct.gate.load(Ordering::SeqCst);
-        match try_admit(acct, device, work) {
-            Ok(()) => break true,
-            Err(Refusal::WindowFull) => match measure::oldest_end(device) {
-                Some(end) => measure::wait_event(end),
-                None => {
-                    acct.wait_gate(seen, WINDOW_WAIT_NS);
+        match try_admit(region, acct, device, key, ctx, work, alone) {
+            Ok(a) => break Some(a),
+            Err(Refusal::WindowFull) => {
+                measure::close_open(region, measure::Scope::Device(device));
+                match measure::oldest_end(device) {
+                    Some(end) => measure::wait_event(end),
+                    None => {
+                        acct.wait_gate(seen, WINDOW_WAIT_NS);
+                    }
                 }
-            },
+            }
             Err(Refusal::Blocked | Refusal::Empty) => {
                 acct.wait_gate(seen, WAIT_NS);
             }
         }
     };
-    if admitted {
+    if admitted.is_some() {
         // A synchronization on another thread may have cleared the flag since it was
         // raised above (nothing was in flight yet): raise it again (one load otherwise).
         raise_active(acct, device);
@@ -246,9 +211,17 @@ fn raise_active(acct: &ComputeAccount, device: usize) {
 }
 
 /// One attempt to take a place: not blocked, bucket positive, room in the window for the
-/// work's estimate (the container's window, with a daemon; this process's, in local mode,
+/// work's held time (the container's window, with a daemon; this process's, in local mode,
 /// so that a process killed with launches in flight cannot hold the others' window).
-fn try_admit(acct: &ComputeAccount, device: usize, work: Work) -> Result<(), Refusal> {
+fn try_admit(
+    region: &Region,
+    acct: &ComputeAccount,
+    device: usize,
+    key: StreamKey,
+    ctx: usize,
+    work: Work,
+    alone: bool,
+) -> Result<Admission, Refusal> {
     // SeqCst: part of the sleep protocol (checked after `gate` is loaded).
     if acct.blocked.load(Ordering::SeqCst) != 0 || board::online_elsewhere(acct, device) {
         let now = monotonic_ns();
@@ -263,18 +236,9 @@ fn try_admit(acct: &ComputeAccount, device: usize, work: Work) -> Result<(), Ref
     if acct.bucket_ns.load(Ordering::SeqCst) <= 0 {
         return Err(Refusal::Empty);
     }
-    let estimate = work.estimate_ns;
-    // Relaxed: a setting read afresh at every launch.
-    if acct.mode.load(Ordering::Relaxed) == COMPUTE_LOCAL {
-        if !measure::enter_mine(acct, device, estimate) {
-            return Err(Refusal::WindowFull);
-        }
-        acct.join_window(estimate);
-    } else if !acct.enter_window(estimate) {
-        return Err(Refusal::WindowFull);
-    } else {
-        measure::join_mine(device, estimate);
-    }
+    let local = measure::is_local(acct);
+    let admission = measure::enter(region, acct, device, key, ctx, work, alone, local)
+        .ok_or(Refusal::WindowFull)?;
     // SeqCst (both): a block that lands after the check above but before this launch is
     // counted must still stop it. Counting first and checking again orders the two: either
     // this load sees the daemon's store, or the count came before that store in the single
@@ -284,15 +248,15 @@ fn try_admit(acct: &ComputeAccount, device: usize, work: Work) -> Result<(), Ref
     if acct.blocked.load(Ordering::SeqCst) != 0 || board::online_elsewhere(acct, device) {
         // Relaxed: taking back the count just taken.
         acct.launches.fetch_sub(1, Ordering::Relaxed);
-        measure::leave_mine(device, 1, estimate);
-        acct.leave_window(1, estimate);
+        measure::leave(region, admission);
         return Err(Refusal::Blocked);
     }
-    Ok(())
+    Ok(admission)
 }
 
-/// In a fork child: the parent's launches and events are not the child's.
+/// In a fork child: the parent's launches, events and captures are not the child's.
 /// Async-signal-safe.
 pub(crate) fn after_fork_in_child() {
     measure::after_fork_in_child();
+    capture::after_fork_in_child();
 }

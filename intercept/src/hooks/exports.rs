@@ -3,7 +3,7 @@
 //! function from [`super::real`].
 
 use super::table::hook_table;
-use crate::{compute, launch, memory, proc_address, visibility};
+use crate::{compute, current, launch, memory, proc_address, visibility};
 #[allow(unused_imports)] // the types of the table's signatures
 use std::ffi::{c_char, c_int, c_uint, c_void};
 

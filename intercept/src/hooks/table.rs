@@ -62,6 +62,16 @@ macro_rules! hook_table {
         [cuCtxCreate @ 12050] => memory::context::ctx_create_v4;
     cuda fn cuCtxDestroy_v2(ctx: *mut c_void)
         [cuCtxDestroy @ 4000] => memory::context::ctx_destroy;
+    cuda fn cuCtxPopCurrent(ctx: *mut *mut c_void)
+        [cuCtxPopCurrent @ 2000] => current::ctx_pop_current;
+    cuda fn cuCtxPopCurrent_v2(ctx: *mut *mut c_void)
+        [cuCtxPopCurrent @ 4000] => current::ctx_pop_current;
+    cuda fn cuCtxPushCurrent(ctx: *mut c_void)
+        [cuCtxPushCurrent @ 2000] => current::ctx_push_current;
+    cuda fn cuCtxPushCurrent_v2(ctx: *mut c_void)
+        [cuCtxPushCurrent @ 4000] => current::ctx_push_current;
+    cuda fn cuCtxSetCurrent(ctx: *mut c_void)
+        [cuCtxSetCurrent @ 4000] => current::ctx_set_current;
     cuda fn cuCtxSynchronize()
         [cuCtxSynchronize @ 2000] => compute::sync::ctx_synchronize;
     cuda fn cuDevicePrimaryCtxRelease(dev: i32)
@@ -76,6 +86,15 @@ macro_rules! hook_table {
         [cuDevicePrimaryCtxRetain @ 7000] => memory::context::primary_ctx_retain;
     cuda fn cuDeviceTotalMem_v2(bytes: *mut usize, dev: i32)
         [cuDeviceTotalMem @ 3020] => memory::query::device_total_mem;
+    cuda fn cuEventRecord(event: *mut c_void, stream: *mut c_void)
+        [cuEventRecord @ 2000] => compute::sync::event_record::<false>;
+    cuda fn cuEventRecordWithFlags(event: *mut c_void, stream: *mut c_void, flags: u32)
+        [cuEventRecordWithFlags @ 11010] => compute::sync::event_record_with_flags::<false>;
+    cuda fn cuEventRecordWithFlags_ptsz(event: *mut c_void, stream: *mut c_void, flags: u32)
+        [cuEventRecordWithFlags @ 11010 per_thread]
+        => compute::sync::event_record_with_flags::<true>;
+    cuda fn cuEventRecord_ptsz(event: *mut c_void, stream: *mut c_void)
+        [cuEventRecord @ 7000 per_thread] => compute::sync::event_record::<true>;
     cuda fn cuEventSynchronize(event: *mut c_void)
         [cuEventSynchronize @ 2000] => compute::sync::event_synchronize;
     cuda fn cuGetProcAddress(
@@ -159,10 +178,22 @@ macro_rules! hook_table {
         [cuMipmappedArrayCreate @ 5000] => memory::array::mipmapped_array_create;
     cuda fn cuMipmappedArrayDestroy(arr: *mut c_void)
         [cuMipmappedArrayDestroy @ 5000] => memory::array::mipmapped_array_destroy;
+    cuda fn cuStreamBeginCapture(stream: *mut c_void)
+        [cuStreamBeginCapture @ 10000] => compute::capture::begin_capture::<false>;
+    cuda fn cuStreamBeginCapture_ptsz(stream: *mut c_void)
+        [cuStreamBeginCapture @ 10000 per_thread] => compute::capture::begin_capture::<true>;
+    cuda fn cuStreamBeginCapture_v2(stream: *mut c_void, mode: u32)
+        [cuStreamBeginCapture @ 10010] => compute::capture::begin_capture_v2::<false>;
+    cuda fn cuStreamBeginCapture_v2_ptsz(stream: *mut c_void, mode: u32)
+        [cuStreamBeginCapture @ 10010 per_thread] => compute::capture::begin_capture_v2::<true>;
+    cuda fn cuStreamEndCapture(stream: *mut c_void, graph: *mut *mut c_void)
+        [cuStreamEndCapture @ 10000] => compute::capture::end_capture::<false>;
+    cuda fn cuStreamEndCapture_ptsz(stream: *mut c_void, graph: *mut *mut c_void)
+        [cuStreamEndCapture @ 10000 per_thread] => compute::capture::end_capture::<true>;
     cuda fn cuStreamSynchronize(stream: *mut c_void)
-        [cuStreamSynchronize @ 2000] => compute::sync::stream_synchronize;
+        [cuStreamSynchronize @ 2000] => compute::sync::stream_synchronize::<false>;
     cuda fn cuStreamSynchronize_ptsz(stream: *mut c_void)
-        [cuStreamSynchronize @ 7000 per_thread] => compute::sync::stream_synchronize;
+        [cuStreamSynchronize @ 7000 per_thread] => compute::sync::stream_synchronize::<true>;
     nvml fn nvmlDeviceGetComputeRunningProcesses(
         device: *mut c_void, count: *mut c_uint, infos: *mut c_void,
     ) => visibility::running_processes::<16>;
@@ -205,14 +236,11 @@ macro_rules! hook_table {
 } calls {
     cuda call cuCtxGetCurrent(ctx: *mut *mut c_void);
     cuda call cuCtxGetDevice(dev: *mut i32);
-    cuda call cuCtxPopCurrent_v2(ctx: *mut *mut c_void);
-    cuda call cuCtxPushCurrent_v2(ctx: *mut c_void);
     cuda call cuDevicePrimaryCtxGetState(dev: i32, flags: *mut u32, active: *mut i32);
     cuda call cuEventCreate(event: *mut *mut c_void, flags: u32);
     cuda call cuEventDestroy_v2(event: *mut c_void);
     cuda call cuEventElapsedTime(ms: *mut f32, start: *mut c_void, end: *mut c_void);
     cuda call cuEventQuery(event: *mut c_void);
-    cuda call cuEventRecord(event: *mut c_void, stream: *mut c_void);
     cuda call cuStreamIsCapturing(stream: *mut c_void, status: *mut u32);
     nvml call nvmlInit_v2();
 } } };

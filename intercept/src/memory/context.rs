@@ -383,7 +383,10 @@ pub(crate) unsafe fn ctx_create_v2(
     dev: i32,
 ) -> u32 {
     // SAFETY: the caller's arguments, passed on; the driver writes ctx on success.
-    unsafe { create_counted(ctx, dev, || real(ctx, flags, dev)) }
+    let rc = unsafe { create_counted(ctx, dev, || real(ctx, flags, dev)) };
+    // A new context is current on this thread.
+    crate::current::changed_here();
+    rc
 }
 
 /// # Safety
@@ -397,7 +400,10 @@ pub(crate) unsafe fn ctx_create_v3(
     dev: i32,
 ) -> u32 {
     // SAFETY: the caller's arguments, passed on; the driver writes ctx on success.
-    unsafe { create_counted(ctx, dev, || real(ctx, params, num_params, flags, dev)) }
+    let rc = unsafe { create_counted(ctx, dev, || real(ctx, params, num_params, flags, dev)) };
+    // A new context is current on this thread.
+    crate::current::changed_here();
+    rc
 }
 
 /// # Safety
@@ -410,12 +416,17 @@ pub(crate) unsafe fn ctx_create_v4(
     dev: i32,
 ) -> u32 {
     // SAFETY: the caller's arguments, passed on; the driver writes ctx on success.
-    unsafe { create_counted(ctx, dev, || real(ctx, params, flags, dev)) }
+    let rc = unsafe { create_counted(ctx, dev, || real(ctx, params, flags, dev)) };
+    // A new context is current on this thread.
+    crate::current::changed_here();
+    rc
 }
 
 /// # Safety
 /// `real` is the driver's `cuCtxDestroy_v2`; the arguments are the caller's, unchanged.
 pub(crate) unsafe fn ctx_destroy(real: real::cuCtxDestroy_v2::Real, ctx: *mut c_void) -> u32 {
+    // Its handle may name another context from now on, on any thread.
+    crate::current::changed_everywhere();
     let Some(c) = container::get() else {
         // SAFETY: the caller's argument, passed on.
         return unsafe { real(ctx) };
@@ -544,6 +555,8 @@ pub(crate) unsafe fn primary_ctx_release(
     real: real::cuDevicePrimaryCtxRelease::Real,
     dev: i32,
 ) -> u32 {
+    // The context may end, and its handle name another later, on any thread.
+    crate::current::changed_everywhere();
     let (Some(device), Some(c)) = (counted_device(dev), container::get()) else {
         // SAFETY: the caller's argument, passed on.
         return unsafe { real(dev) };
@@ -560,6 +573,8 @@ pub(crate) unsafe fn primary_ctx_release(
 /// # Safety
 /// `real` is the driver's `cuDevicePrimaryCtxReset_v2`; the arguments are the caller's.
 pub(crate) unsafe fn primary_ctx_reset(real: real::cuDevicePrimaryCtxReset::Real, dev: i32) -> u32 {
+    // See `primary_ctx_release`.
+    crate::current::changed_everywhere();
     let (Some(device), Some(c)) = (counted_device(dev), container::get()) else {
         // SAFETY: the caller's argument, passed on.
         return unsafe { real(dev) };

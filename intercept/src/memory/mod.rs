@@ -19,9 +19,7 @@ pub(crate) mod vmm;
 
 use crate::container::{self, Container, Reservation};
 use crate::fork_lock;
-use crate::hooks::real;
 use registry::{Allocation, Key, Registry};
-use std::ffi::c_void;
 
 /// What this process has allocated and not yet freed, for the frees.
 static REGISTRY: Registry = Registry::new();
@@ -40,20 +38,12 @@ pub(crate) struct Site {
 }
 
 impl Site {
-    /// The calling thread's current context and device, as the real driver knows them;
-    /// `None` without a usable context (the driver then fails the call itself).
+    /// The calling thread's current context and device ([`crate::current`]); `None`
+    /// without a usable context (the driver then fails the call itself).
     pub(crate) fn current() -> Option<Site> {
-        let mut ctx: *mut c_void = std::ptr::null_mut();
-        let mut dev: i32 = -1;
-        // SAFETY: both functions write one value to the valid locals passed.
-        let ok = unsafe {
-            real::cuCtxGetCurrent::real()?(&mut ctx) == SUCCESS
-                && real::cuCtxGetDevice::real()?(&mut dev) == SUCCESS
-        };
-        let device = crate::visibility::account(usize::try_from(dev).ok()?);
-        (ok && !ctx.is_null()).then_some(Site {
-            device,
-            context: ctx as usize,
+        crate::current::get().map(|c| Site {
+            device: c.device,
+            context: c.context,
         })
     }
 }
@@ -190,13 +180,7 @@ pub(crate) unsafe fn counted(dptr: *mut u64, bytes: u64, alloc: impl FnOnce() ->
 }
 
 /// The device of the calling thread's current context, as the caps know it (its node
-/// index): one driver call, which fails without a current context (an allocation's
-/// [`Site`] needs the context too, and asks for both).
+/// index; see [`crate::current`]).
 pub(super) fn current_device() -> Option<usize> {
-    let get = real::cuCtxGetDevice::real()?;
-    let mut dev = -1;
-    // SAFETY: writes one int to our local.
-    (unsafe { get(&mut dev) } == SUCCESS)
-        .then(|| usize::try_from(dev).ok().map(crate::visibility::account))
-        .flatten()
+    crate::current::get().map(|c| c.device)
 }
