@@ -211,7 +211,13 @@ impl Reading {
                 // What this process held before the context's reservation: with nothing,
                 // NVML not listing it means 0; with something, NVML has yet to list it.
                 let holds = process_held.saturating_sub(reserved) > 0;
-                match own_figure(*h, holds.then_some(&[][..])) {
+                // Relaxed: see `LISTS_ME`.
+                let wait = if holds && LISTS_ME.load(Ordering::Relaxed) {
+                    Wait::FromNow
+                } else {
+                    Wait::No
+                };
+                match own_figure(*h, wait) {
                     Some((figure, list)) => (figure.or((!holds).then_some(0)), list),
                     None => (None, Vec::new()),
                 }
@@ -244,7 +250,7 @@ impl Reading {
         ctx: Option<*mut c_void>,
     ) -> Result<(u64, By), String> {
         let own = self.process_used.and_then(|before| {
-            let (after, _) = own_figure(self.nvml?, Some(&self.listed))?;
+            let (after, _) = own_figure(self.nvml?, Wait::Since(&self.listed))?;
             let ours = i128::from(c.memory_held(device)) - i128::from(self.process_held);
             Some(i128::from(after?) - i128::from(before) - ours)
         });
@@ -261,28 +267,45 @@ impl Reading {
     }
 }
 
+/// Whether NVML has listed this process with a figure: it lists it then, if late.
+static LISTS_ME: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether [`own_figure`] waits for NVML to list this process.
+#[derive(Clone, Copy)]
+enum Wait<'a> {
+    /// One reading.
+    No,
+    /// For as long as [`LISTING_PATIENCE`] and no pid appears that was not listed in this
+    /// list (a newcomer is then likely this process under another pid namespace's number).
+    Since(&'a [u32]),
+    /// The same, from the pids of the first reading.
+    FromNow,
+}
+
 /// This process's memory on NVML device `device` and the pids listed, polling while NVML does
-/// not list the process: with `waiting_since` (the pids listed before), for as long as
-/// [`LISTING_PATIENCE`] and no pid appears that was not listed before (which is then likely
-/// this process under another pid namespace's number); without, one reading. `None` when
-/// NVML cannot list; a figure of `None` when it does not list this process with one.
-fn own_figure(
-    device: *mut c_void,
-    waiting_since: Option<&[u32]>,
-) -> Option<(Option<u64>, Vec<u32>)> {
+/// not list the process as `wait` says. `None` when NVML cannot list; a figure of `None` when
+/// it does not list this process with one.
+fn own_figure(device: *mut c_void, wait: Wait<'_>) -> Option<(Option<u64>, Vec<u32>)> {
     let me = std::process::id();
     let deadline = Instant::now() + LISTING_PATIENCE;
     let mut pause = Duration::from_millis(1);
+    let mut first: Option<Vec<u32>> = None;
     loop {
         let list = process_list(device)?;
         let pids: Vec<u32> = list.pids().collect();
         match list.held_by(me) {
-            Some(Held::Bytes(bytes)) => return Some((Some(bytes), pids)),
+            Some(Held::Bytes(bytes)) => {
+                // Relaxed: a hint for later measurements of this process.
+                LISTS_ME.store(true, Ordering::Relaxed);
+                return Some((Some(bytes), pids));
+            }
             Some(Held::NotAvailable) => return Some((None, pids)),
             None => {}
         }
-        let Some(before) = waiting_since else {
-            return Some((None, pids));
+        let before: &[u32] = match wait {
+            Wait::No => return Some((None, pids)),
+            Wait::Since(before) => before,
+            Wait::FromNow => first.get_or_insert_with(|| pids.clone()),
         };
         let newcomer = pids.iter().any(|p| !before.contains(p));
         if newcomer || Instant::now() >= deadline {
@@ -606,7 +629,7 @@ pub(crate) fn true_up(c: &Container, device: usize, asking: u64) -> bool {
     }
     LAST_TRUE_UP[device].store(now, Ordering::Relaxed);
     let mut locked = Locked::get();
-    let Some((Some(listed), _)) = own_figure(handle, None) else {
+    let Some((Some(listed), _)) = own_figure(handle, Wait::No) else {
         return true;
     };
     let counted = c.memory_held(device).saturating_sub(c.in_flight(device));
