@@ -48,7 +48,7 @@ impl Order {
         match backend {
             Backend::Simgpu => Order::SideBySide,
             Backend::System => Order::InTurn {
-                with_first: r % 2 == 0,
+                with_first: r.is_multiple_of(2),
             },
         }
     }

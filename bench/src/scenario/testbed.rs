@@ -134,7 +134,10 @@ fn simgpu_lib_dir(simgpu: &Path, build: &str) -> Result<PathBuf, ScenarioError> 
         .arg("lib-dir")
         .stdin(Stdio::null())
         .output()
-        .map_err(ScenarioError::start(format!("run {} lib-dir", simgpu.display())))?;
+        .map_err(ScenarioError::start(format!(
+            "run {} lib-dir",
+            simgpu.display()
+        )))?;
     if !out.status.success() {
         return Err(ScenarioError::Program {
             what: format!("{} lib-dir", simgpu.display()),
