@@ -152,7 +152,7 @@ static UNMEASURED: AtomicU32 = AtomicU32::new(0);
 /// NVML's handle of each device this process made a context on, for [`true_up`].
 static NVML_HANDLES: [AtomicPtr<c_void>; MAX_DEVICES] =
     [const { AtomicPtr::new(std::ptr::null_mut()) }; MAX_DEVICES];
-/// When [`true_up`] last read NVML for each device, in ms since [`epoch`], plus one.
+/// When [`true_up`] last read NVML for each device, in ms of [`epoch_ms`], plus one.
 static LAST_TRUE_UP: [AtomicU64; MAX_DEVICES] = [const { AtomicU64::new(0) }; MAX_DEVICES];
 
 /// How a device's memory in use is read: through the current context with the real
