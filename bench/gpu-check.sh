@@ -9,14 +9,17 @@
 # 2. what libtessera.so adds to each call: the same probe bare, preloaded with no limit, and
 #    preloaded with a memory limit;
 # 3. PyTorch on the real driver: tests/frameworks.sh with TESSERA_FRAMEWORKS_DRIVER=system
-#    (both PyTorch builds under a 2 GiB cap and under `controld exec --memory 2GiB`), where
-#    they are installed under target/ or can be (it needs the network and about 8 GB);
+#    (under a 2 GiB cap and under `controld exec --memory 2GiB`, and a loop of tiny ops bare
+#    and under `controld exec --compute burst:100`) with the PyTorch that python3 already
+#    has, and with the builds already installed under target/ (torch-default, torch-cu12);
+#    nothing is downloaded;
 # 4. the isolation scenarios of tessera-bench on the real driver (TESSERA_BENCH_DRIVER=system:
-#    ground truth from the workloads' own progress, memory from NVML).
+#    ground truth from the workloads' own progress, memory from NVML), which need no simgpu.
 #
-# It writes OUTDIR/report.md, OUTDIR/results.json and the raw output of every step, and is
-# sized to finish within 8 minutes, build included: each scenario runs only while the budget
-# has room for it. Without a GPU it says so in one line and exits 0.
+# It writes OUTDIR/report.md (every failing check named), OUTDIR/results.json and the raw
+# output of every step, and is sized to finish within 8 minutes, build included: each
+# scenario runs only while the budget has room for it. Without a GPU it says so in one line
+# and exits 0.
 #
 # Settings (environment):
 #   TESSERA_GPU_CHECK_SECONDS      main phase of each scenario, s (default 5)
@@ -25,6 +28,7 @@
 #   TESSERA_GPU_CHECK_QUICK=1      short probe and slice phases
 #   TESSERA_GPU_CHECK_BIN_DIR      use the programs built there; build nothing
 #   TESSERA_GPU_CHECK_FRAMEWORKS_SECONDS  the most step 3 may take, s (default 240; 0 skips it)
+#   TESSERA_FRAMEWORKS_PYTHON      the python whose PyTorch step 3 runs (default python3)
 #   TESSERA_GPU_CHECK_DRIVER_DIR   take libcuda.so.1 and libnvidia-ml.so.1 from this folder
 #                                  as if it were the system driver (`simgpu lib-dir` runs the
 #                                  whole check on simgpu, with a node of its own)
@@ -36,7 +40,7 @@ set -euo pipefail
 
 usage() {
     echo "usage: bench/gpu-check.sh OUTDIR"
-    sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,38p' "$0" | sed 's/^# \{0,1\}//'
 }
 
 case "${1:-}" in
@@ -185,8 +189,9 @@ else
 fi
 
 # About how long a scenario takes, from its main phase S (runs with Tessera and without,
-# the daemon's start, warm-ups): online-offline runs ten phases, overhead ten rounds of
-# one, shapes two for each of its seven launch shapes, mixed-deep two for each of its two
+# the daemon's start, warm-ups): online-offline runs ten phases, overhead on a real driver
+# sixteen (its two sides, four rounds each, run in turn), shapes two for each of its seven
+# launch shapes, mixed-deep two for each of its two
 # sets, demo-mix four, the others two or three.
 scenario_estimate() {
     local phase=${seconds%.*}
@@ -196,8 +201,8 @@ scenario_estimate() {
     shapes) echo $((7 * (2 * phase + 4))) ;;
     mixed-deep) echo $((2 * (2 * phase + 4))) ;;
     demo-mix) echo $((4 * phase + 12)) ;;
-    overhead) echo $((10 * phase + 10)) ;;
-    memory-caps) echo $((3 * phase + 10)) ;;
+    overhead) echo $((16 * phase + 12)) ;;
+    memory-caps) echo $((3 * phase + 13)) ;;
     *) echo $((2 * phase + 10)) ;;
     esac
 }
@@ -254,14 +259,16 @@ else
     say "frameworks: tests/frameworks.sh on the real driver (at most ${frameworks_limit} s)"
     t0=$(date +%s)
     status=0
-    TESSERA_FRAMEWORKS_DRIVER=system TESSERA_FRAMEWORKS_BIN_DIR=$bins \
+    TESSERA_FRAMEWORKS_DRIVER=system TESSERA_FRAMEWORKS_OFFLINE=1 \
+        TESSERA_FRAMEWORKS_BIN_DIR=$bins \
         timeout --kill-after=10 "$frameworks_limit" "$root/tests/frameworks.sh" \
-        >"$out/frameworks.log" 2>&1 || status=$?
+        system default cu12 >"$out/frameworks.log" 2>&1 || status=$?
     frameworks_took=$(($(date +%s) - t0))
+    # Each build has its own RESULT line; the step passes when one ran and none failed.
+    ran=$(grep -cE '^RESULT [^ ]+ (pass|fail) ' "$out/frameworks.log" || true)
     case $status in
-    0) frameworks=pass ;;
+    0 | 3) if ((ran > 0)); then frameworks=pass; else frameworks="none installed"; fi ;;
     1) frameworks=fail ;;
-    3) frameworks="not installed" ;;
     124 | 137) frameworks=timeout ;;
     *) frameworks=error ;;
     esac
@@ -323,7 +330,7 @@ GC_OUT=$out GC_COMMIT=$commit GC_CPU="$cpu ($(nproc) CPUs)" GC_KERNEL="$(uname -
     GC_BUILD="$build_s" GC_SECONDS="$seconds" GC_LIMIT="${limit_mib}MiB" GC_BUDGET="$budget" \
     GC_FRAMEWORKS="$frameworks" GC_FRAMEWORKS_TOOK="$frameworks_took" \
     python3 - <<'PY'
-import glob, json, os
+import glob, json, os, re
 
 out = os.environ["GC_OUT"]
 
@@ -334,6 +341,15 @@ def load_all(name):
         with open(os.path.join(out, name + ".json")) as f:
             return [json.loads(l) for l in f if l.strip()]
     except (OSError, ValueError):
+        return []
+
+
+def log_lines(name):
+    """The lines of OUTDIR/NAME, or none."""
+    try:
+        with open(os.path.join(out, name)) as f:
+            return [l.rstrip("\n") for l in f]
+    except OSError:
         return []
 
 
@@ -378,6 +394,55 @@ results = {
     "frameworks": {"result": os.environ["GC_FRAMEWORKS"],
                    "took_s": int(os.environ["GC_FRAMEWORKS_TOOK"])},
 }
+
+
+def table_rows(text):
+    """The rows of a scenario's text table, as lists of cells: its columns are the runs of
+    dashes under the header (the runner pads cells by characters)."""
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("-") and set(line) <= {"-", " "}:
+            starts = [m.start() for m in re.finditer(r"-+", line)]
+            break
+    else:
+        return []
+    rows = []
+    for line in lines[i + 1:]:
+        if not line[:1].isdigit():
+            continue
+        bounds = starts + [len(line)]
+        rows.append([line[a:b].strip() for a, b in zip(bounds, bounds[1:])])
+    return rows
+
+
+def first_error(name):
+    """The line of a scenario's log that says why it stopped."""
+    try:
+        with open(os.path.join(out, "scenario-%s.log" % name)) as f:
+            lines = [l.strip() for l in f if l.strip()]
+    except OSError:
+        return "no log"
+    said = [l for l in lines if "error" in l.lower() or "failed" in l.lower()]
+    return (said or lines or ["no output"])[-1][:400]
+
+
+failing = []
+for b in (l for l in log_lines("frameworks.log") if l.startswith("FAIL ")):
+    failing.append("PyTorch: %s" % b[5:])
+for b in (l for l in log_lines("frameworks.log") if l.startswith("RESULT ")):
+    _, build, result, what = b.split(" ", 3)
+    if result == "fail":
+        failing.append("PyTorch %s (%s): failed" % (build, what))
+if os.environ["GC_FRAMEWORKS"] in ("timeout", "error"):
+    failing.append("PyTorch: the step ended with %s" % os.environ["GC_FRAMEWORKS"])
+for s in scenarios:
+    if s["result"] in ("error", "timeout"):
+        failing.append("%s: %s (%s)" % (s["name"], s["result"], first_error(s["name"])))
+    for row in table_rows(s["table"]):
+        if len(row) >= 7 and row[-1] == "FAIL":
+            failing.append("%s: %s: target %s, measured %s" % (s["name"], row[2], row[3],
+                                                              row[4]))
+results["failing"] = failing
 with open(os.path.join(out, "results.json"), "w") as f:
     json.dump(results, f, indent=2)
 
@@ -424,6 +489,14 @@ L.append("| driver | %s (CUDA %s), %s |" % (machine["driver"] or "version unknow
 L.append("| CPU | %s |" % machine["cpu"])
 L.append("| OS | %s |" % machine["kernel"])
 L.append("")
+L.append("## What failed\n")
+if failing:
+    L.append("Every check that failed, and every step that could not run:\n")
+    for f in failing:
+        L.append("- %s" % f)
+else:
+    L.append("Nothing: every check that ran passed.")
+L.append("")
 L.append("## What simgpu assumes, measured here\n")
 L.append("simgpu time-slices its engine between processes in 1 ms quanta (`SIMGPU_QUANTUM_US`) "
          "and stamps events with the engine time the stream had reached. `gpuload slice` runs "
@@ -466,13 +539,23 @@ for key, label in CALLS:
                                                   added(b, m)))
 L.append("")
 L.append("## PyTorch on the real driver\n")
-L.append("`TESSERA_FRAMEWORKS_DRIVER=system tests/frameworks.sh`: %s in %d s (output in "
-         "`frameworks.log`).\n" % (os.environ["GC_FRAMEWORKS"], int(os.environ["GC_FRAMEWORKS_TOOK"])))
+L.append("`TESSERA_FRAMEWORKS_DRIVER=system TESSERA_FRAMEWORKS_OFFLINE=1 tests/frameworks.sh "
+         "system default cu12` (the PyTorch python3 has, and the builds installed under "
+         "target/; nothing downloaded): %s in %d s (output in `frameworks.log`).\n" % (
+             os.environ["GC_FRAMEWORKS"], int(os.environ["GC_FRAMEWORKS_TOOK"])))
 try:
     with open(os.path.join(out, "frameworks.log")) as f:
-        checks = [l.rstrip() for l in f if l.startswith(("PASS ", "FAIL ", "SKIP ", "== "))]
+        log = [l.rstrip() for l in f]
 except OSError:
-    checks = []
+    log = []
+builds = [l.split(" ", 3) for l in log if l.startswith("RESULT ")]
+if builds:
+    L.append("| PyTorch build | python | result |")
+    L.append("|---|---|---|")
+    for _, build, result, what in builds:
+        L.append("| %s | %s | %s |" % (build, what.replace("|", "\\|"), result))
+    L.append("")
+checks = [l for l in log if l.startswith(("PASS ", "FAIL ", "INFO ", "== "))]
 if checks:
     L.append("```\n%s\n```" % "\n".join(checks))
 L.append("")
@@ -486,6 +569,7 @@ L.append("|---|---|---:|---:|")
 for s in scenarios:
     L.append("| %s | %s | %d s | %d s |" % (s["name"], s["result"], s["took_s"],
                                            s["estimate_s"]))
+
 for s in scenarios:
     if s["table"].strip():
         L.append("\n### %s\n" % s["name"])

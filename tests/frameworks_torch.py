@@ -11,9 +11,12 @@ On simgpu (a two-GPU node of its own), with a 2 GiB cap:
      empty_cache() giving the memory back to the container, torch.zeros and a 64x64
      matmul running (their results are not computed on simgpu, and nothing reads them);
   4. two PyTorch processes of one container sharing its cap, while a process of another
-     container (given GPU 1 only) sees neither through NVML, and one GPU.
-With TESSERA_FRAMEWORKS_DRIVER=system it runs 2 and 3 on the machine's own driver and GPU
-(no simgpu figures). Prints PASS/FAIL per check; exits 1 if any failed.
+     container (given GPU 1 only) sees neither through NVML, and one GPU;
+  5. a loop of 20 000 tiny element-wise ops (`x.add_(1)`), bare and under `controld exec
+     --compute burst:100` alone on the GPU, in turn, twice: the time per op and the ratio of
+     the two, reported (an INFO line, no pass or fail: the target is 1.10 × bare).
+With TESSERA_FRAMEWORKS_DRIVER=system it runs 2, 3 and 5 on the machine's own driver and GPU
+(no simgpu figures). Prints PASS/FAIL per check, INFO per figure; exits 1 if any failed.
 """
 
 import json
@@ -27,6 +30,7 @@ GIB = 1 << 30
 CAP = 2 * GIB
 HERE = os.path.dirname(os.path.abspath(__file__))
 CLIENT = os.path.join(HERE, "clients", "torch_client.py")
+TINY_OPS = os.path.join(HERE, "clients", "torch_tiny_ops.py")
 SYSTEM = os.environ.get("TESSERA_FRAMEWORKS_DRIVER") == "system"
 
 failures = []
@@ -143,6 +147,7 @@ def main():
         capped_run("controld exec --memory 2GiB",
                    [controld, "exec", "--state-dir", state, "--memory", "2GiB", "--", python,
                     CLIENT], exec_env, simgpu, CAP)
+        tiny_ops(python, controld, state, env, exec_env)
         if not SYSTEM:
             shared_and_isolated(python, controld, state, exec_env, simgpu)
     finally:
@@ -150,6 +155,31 @@ def main():
         daemon.wait()
     print(f"{len(failures)} failed" if failures else "all passed", flush=True)
     sys.exit(1 if failures else 0)
+
+
+def tiny_ops(python, controld, state, env, exec_env, rounds=2):
+    """5: the time per tiny op bare and under controld exec --compute burst:100, in turn."""
+    runs = {"bare": [], "burst:100": []}
+    commands = {
+        "bare": ([python, TINY_OPS], env),
+        "burst:100": ([controld, "exec", "--state-dir", state, "--compute", "burst:100", "--",
+                       python, TINY_OPS], exec_env),
+    }
+    for r in range(rounds):
+        # Alternating which goes first, so that a drift of the machine touches both alike.
+        for side in (("bare", "burst:100") if r % 2 == 0 else ("burst:100", "bare")):
+            cmd, side_env = commands[side]
+            out = subprocess.run(cmd, env=side_env, capture_output=True, text=True, timeout=600)
+            line = next((l for l in out.stdout.splitlines() if l.startswith("ops ")), None)
+            if out.returncode != 0 or line is None:
+                check(f"tiny ops ({side}) run", False, out.stderr[-2000:])
+                return
+            runs[side].append(json.loads(line[4:])["us_per_op"])
+    bare, managed = (sorted(v)[len(v) // 2] for v in (runs["bare"], runs["burst:100"]))
+    print(f"INFO tiny ops (20 000 x.add_(1)): {bare:.1f} µs per op bare, {managed:.1f} µs under "
+          f"controld exec --compute burst:100 alone: {managed / bare:.2f} × bare "
+          f"(the target: 1.10 ×; rounds bare {[round(v, 1) for v in runs['bare']]}, burst:100 {[round(v, 1) for v in runs['burst:100']]})",
+          flush=True)
 
 
 def shared_and_isolated(python, controld, state, env, simgpu):

@@ -339,17 +339,27 @@ fn dl_error() -> String {
 pub struct Nvml {
     get_handle: unsafe extern "C" fn(c_uint, *mut *mut c_void) -> c_uint,
     driver_version: unsafe extern "C" fn(*mut c_char, c_uint) -> c_uint,
-    processes: unsafe extern "C" fn(*mut c_void, *mut c_uint, *mut NvmlProcessInfo) -> c_uint,
+    processes: unsafe extern "C" fn(*mut c_void, *mut c_uint, *mut c_void) -> c_uint,
 }
 
-/// `nvmlProcessInfo_t` of `nvmlDeviceGetComputeRunningProcesses_v3`.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default)]
-struct NvmlProcessInfo {
-    pid: c_uint,
-    used_gpu_memory: u64,
-    gpu_instance_id: c_uint,
-    compute_instance_id: c_uint,
+/// The nominal size of a `_v3` entry (`nvmlProcessInfo_t`: pid, memory, two instance ids).
+const NOMINAL_ENTRY: usize = 24;
+/// The largest entry [`Nvml::process_memory`] makes room for.
+const MAX_ENTRY: usize = 64;
+/// What the list's buffer holds before NVML writes: no field NVML writes is this pattern.
+const PATTERN: u8 = 0xA5;
+
+/// The size of the `count` entries NVML wrote into `buffer`: the span up to the last byte it
+/// changed, over `count`, in whole 8-byte words, at least the nominal size.
+fn entry_size(buffer: &[u8], count: usize) -> usize {
+    if count == 0 {
+        return NOMINAL_ENTRY;
+    }
+    let written = buffer
+        .iter()
+        .rposition(|&b| b != PATTERN)
+        .map_or(0, |i| i + 1);
+    (written.div_ceil(count).div_ceil(8) * 8).clamp(NOMINAL_ENTRY, MAX_ENTRY)
 }
 
 /// `NVML_VALUE_NOT_AVAILABLE`: a process whose memory NVML cannot see (another container).
@@ -421,7 +431,7 @@ impl Nvml {
                 >(symbol(c"nvmlSystemGetDriverVersion")?),
                 processes: std::mem::transmute::<
                     *mut c_void,
-                    unsafe extern "C" fn(*mut c_void, *mut c_uint, *mut NvmlProcessInfo) -> c_uint,
+                    unsafe extern "C" fn(*mut c_void, *mut c_uint, *mut c_void) -> c_uint,
                 >(symbol(c"nvmlDeviceGetComputeRunningProcesses_v3")?),
             }
         };
@@ -447,7 +457,11 @@ impl Nvml {
     }
 
     /// `(pid, bytes)` of each process with a compute context on device `index`, by pid;
-    /// processes whose memory NVML does not show are left out.
+    /// processes whose memory NVML does not show are left out. The entries are read at the
+    /// size NVML writes them, whatever the header says (32 bytes from the 535 drivers' `_v3`,
+    /// 24 from later ones): the buffer has room for entries of [`MAX_ENTRY`] bytes and is
+    /// filled with [`PATTERN`] first, and the entry size is the span NVML wrote divided by
+    /// the number of entries (as libtessera reads the list).
     pub fn process_memory(&self, index: u32) -> Result<Vec<(u32, u64)>, NvmlError> {
         let mut device: *mut c_void = std::ptr::null_mut();
         // SAFETY: `device` is a valid out-pointer.
@@ -458,13 +472,15 @@ impl Nvml {
                 code: r,
             });
         }
-        let mut infos = vec![NvmlProcessInfo::default(); 64];
+        let mut room = 64usize;
         loop {
-            let mut count = infos.len() as c_uint;
-            // SAFETY: `infos` holds `count` entries; `device` is a handle NVML gave.
-            let r = unsafe { (self.processes)(device, &mut count, infos.as_mut_ptr()) };
-            if r == NVML_ERROR_INSUFFICIENT_SIZE && (count as usize) > infos.len() {
-                infos.resize(count as usize + 16, NvmlProcessInfo::default());
+            let mut bytes = vec![PATTERN; room * MAX_ENTRY];
+            let mut count = room as c_uint;
+            // SAFETY: `bytes` holds `room` entries of up to MAX_ENTRY bytes, more than NVML
+            // writes for `room` entries; `device` is a handle NVML gave.
+            let r = unsafe { (self.processes)(device, &mut count, bytes.as_mut_ptr().cast()) };
+            if r == NVML_ERROR_INSUFFICIENT_SIZE && (count as usize) > room {
+                room = count as usize + 16;
                 continue;
             }
             if r != 0 {
@@ -473,13 +489,40 @@ impl Nvml {
                     code: r,
                 });
             }
-            let mut out: Vec<(u32, u64)> = infos[..(count as usize).min(infos.len())]
-                .iter()
-                .filter(|p| p.used_gpu_memory != NVML_VALUE_NOT_AVAILABLE)
-                .map(|p| (p.pid, p.used_gpu_memory))
+            let count = (count as usize).min(room);
+            let mut out: Vec<(u32, u64)> = bytes
+                .chunks_exact(entry_size(&bytes, count))
+                .take(count)
+                .map(|e| {
+                    let pid = u32::from_ne_bytes(e[0..4].try_into().expect("4 bytes"));
+                    let used = u64::from_ne_bytes(e[8..16].try_into().expect("8 bytes"));
+                    (pid, used)
+                })
+                .filter(|&(_, used)| used != NVML_VALUE_NOT_AVAILABLE)
                 .collect();
             out.sort_unstable();
             return Ok(out);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn process_entries_are_read_at_the_size_nvml_wrote() {
+        for size in [24, 32] {
+            let mut buf = vec![PATTERN; 4 * MAX_ENTRY];
+            for (i, pid) in [7u32, 9].iter().enumerate() {
+                let e = &mut buf[i * size..(i + 1) * size];
+                e[0..4].copy_from_slice(&pid.to_ne_bytes());
+                e[8..16].copy_from_slice(&100u64.to_ne_bytes());
+                e[16..24].fill(0xff);
+                e[24..].fill(0);
+            }
+            assert_eq!(entry_size(&buf, 2), size);
+        }
+        assert_eq!(entry_size(&[PATTERN; 64], 0), NOMINAL_ENTRY);
     }
 }

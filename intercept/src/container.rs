@@ -10,7 +10,7 @@ use crate::fork_lock::{self, ForkLock};
 use std::ffi::OsStr;
 use std::os::fd::AsFd;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 use tessera_region::layout::MEASURE_LOCK;
@@ -39,6 +39,11 @@ static SLOT: AtomicPtr<ProcessSlot> = AtomicPtr::new(std::ptr::null_mut());
 static CLAIMING: ForkLock<()> = ForkLock::new(());
 /// Set once a slot claim failed, so that the error is reported once.
 static CLAIM_FAILED: AtomicBool = AtomicBool::new(false);
+/// Per device, the bytes this process has reserved for operations still in progress (live
+/// [`Reservation`]s): counted already, perhaps not yet in the driver. A reading of the
+/// driver's own figure for this process is compared with what the process counts less
+/// these (see `memory::context::true_up`).
+static IN_FLIGHT: [AtomicU64; MAX_DEVICES] = [const { AtomicU64::new(0) }; MAX_DEVICES];
 
 /// The container state, made on first use; `None` only if not even a private region could
 /// be mapped (then nothing is counted and every call goes straight to the driver).
@@ -324,11 +329,21 @@ impl Container {
             };
         };
         slot.reserve_memory(device, bytes)?;
+        // Relaxed: a figure for readings that tolerate a moment's lag (see `IN_FLIGHT`).
+        IN_FLIGHT[device].fetch_add(bytes, Ordering::Relaxed);
         Ok(Reservation {
             slot: Some(slot),
             device,
             bytes,
         })
+    }
+
+    /// The bytes on `device` this process has reserved for operations still in progress.
+    pub(crate) fn in_flight(&self, device: usize) -> u64 {
+        // Relaxed: a momentary figure, read beside the slot's, which is as momentary.
+        IN_FLIGHT
+            .get(device)
+            .map_or(0, |b| b.load(Ordering::Relaxed))
     }
 
     /// Gives back `bytes` on `device` that this process reserved under `generation`.
@@ -438,26 +453,50 @@ impl Reservation {
         let Some(slot) = self.slot else {
             return Ok(());
         };
+        // Relaxed throughout: see `IN_FLIGHT`.
         if bytes > self.bytes {
             slot.reserve_memory(self.device, bytes - self.bytes)?;
+            IN_FLIGHT[self.device].fetch_add(bytes - self.bytes, Ordering::Relaxed);
         } else {
             slot.release_memory(self.device, self.bytes - bytes);
+            settle_in_flight(self.device, self.bytes - bytes);
         }
         self.bytes = bytes;
         Ok(())
     }
 
+    /// The bytes reserved.
+    pub(crate) fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
     /// The allocation succeeded: the bytes stay held until it is freed. Returns them (0 if
     /// nothing was counted).
     pub(crate) fn keep(mut self) -> u64 {
-        self.slot.take().map_or(0, |_| self.bytes)
+        match self.slot.take() {
+            Some(_) => {
+                settle_in_flight(self.device, self.bytes);
+                self.bytes
+            }
+            None => 0,
+        }
     }
+}
+
+/// A reservation of `bytes` on `device` is no longer in progress.
+fn settle_in_flight(device: usize, bytes: u64) {
+    // Relaxed: see `IN_FLIGHT`. Saturating: a fork child starts from zero while a
+    // reservation the parent's thread made before the fork may still end in the child.
+    let _ = IN_FLIGHT[device].fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+        Some(v.saturating_sub(bytes))
+    });
 }
 
 impl Drop for Reservation {
     fn drop(&mut self) {
         if let Some(slot) = self.slot {
             slot.release_memory(self.device, self.bytes);
+            settle_in_flight(self.device, self.bytes);
         }
     }
 }
@@ -470,6 +509,9 @@ pub(crate) fn after_fork_in_child() {
     // Relaxed throughout: the child has one thread until it returns from fork.
     SLOT.store(std::ptr::null_mut(), Ordering::Relaxed);
     CLAIM_FAILED.store(false, Ordering::Relaxed);
+    for bytes in &IN_FLIGHT {
+        bytes.store(0, Ordering::Relaxed);
+    }
     if let Some(region) = REGION.get() {
         region.release_after_fork();
     }

@@ -24,6 +24,7 @@ mod fork_lock;
 mod hooks;
 mod launch;
 mod memory;
+mod nvml_list;
 mod proc_address;
 mod visibility;
 

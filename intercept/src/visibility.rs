@@ -121,7 +121,7 @@ const NVML_INVALID_ARGUMENT: u32 = 2;
 /// `NVML_ERROR_NOT_FOUND`.
 const NVML_NOT_FOUND: u32 = 6;
 /// `NVML_ERROR_INSUFFICIENT_SIZE`.
-const NVML_INSUFFICIENT_SIZE: u32 = 7;
+const NVML_INSUFFICIENT_SIZE: u32 = crate::nvml_list::INSUFFICIENT_SIZE;
 
 /// The container's GPUs as a bit per device; `None` when it sees every device (no region
 /// from a daemon, or no container state).
@@ -258,13 +258,12 @@ fn own_pids() -> Option<Vec<u32>> {
     Some(pids)
 }
 
-/// Tries at most this often when processes keep starting between NVML's count and its list.
-const LIST_TRIES: usize = 4;
-
-/// A running-process query whose entries are `SIZE` bytes, each starting with its pid
-/// (`nvmlProcessInfo_v1_t`: 16, `_v2_t`/`_v3_t`: 24), answered with the container's own
-/// processes only, under NVML's contract: with room for them all, they are written and their
-/// number; without (or a null list), their number and `NVML_ERROR_INSUFFICIENT_SIZE`.
+/// A running-process query whose entries are `SIZE` bytes by its header, each starting with
+/// its pid (`nvmlProcessInfo_v1_t`: 16, `_v2_t`/`_v3_t`: 24), answered with the container's
+/// own processes only, under NVML's contract: with room for them all, they are written and
+/// their number; without (or a null list), their number and `NVML_ERROR_INSUFFICIENT_SIZE`.
+/// Entries are copied at the size the driver wrote them (see [`crate::nvml_list`]), as the
+/// caller would have had them from NVML itself.
 ///
 /// # Safety
 /// `real` is NVML's query of that entry size; the arguments are the caller's.
@@ -281,42 +280,14 @@ pub(crate) unsafe fn running_processes<const SIZE: usize>(
     if count.is_null() {
         return NVML_INVALID_ARGUMENT;
     }
-    // All of NVML's list, in a buffer of ours, grown until it holds it.
-    let mut room: c_uint = 0;
-    let mut all: Vec<u8> = Vec::new();
-    let mut listed = None;
-    for _ in 0..LIST_TRIES {
-        let mut n = room;
-        let buffer = if room == 0 {
-            std::ptr::null_mut()
-        } else {
-            all.as_mut_ptr().cast()
-        };
-        // SAFETY: the caller's device; our buffer holds `room` entries of SIZE bytes (or is
-        // null for none); NVML writes the number to our local.
-        let rc = unsafe { real(device, &mut n, buffer) };
-        match rc {
-            SUCCESS => {
-                listed = Some(n.min(room) as usize);
-                break;
-            }
-            NVML_INSUFFICIENT_SIZE => {
-                room = n + 8;
-                all = vec![0; room as usize * SIZE];
-            }
-            e => return e,
-        }
-    }
-    let Some(listed) = listed else {
-        return NVML_INSUFFICIENT_SIZE;
+    // SAFETY: `real` is NVML's query; the device is the caller's.
+    let list = match unsafe { crate::nvml_list::read(real, device, SIZE) } {
+        Ok(list) => list,
+        Err(e) => return e,
     };
-    let ours: Vec<&[u8]> = all
-        .chunks_exact(SIZE)
-        .take(listed)
-        .filter(|e| {
-            let pid = u32::from_ne_bytes([e[0], e[1], e[2], e[3]]);
-            pids.contains(&pid)
-        })
+    let ours: Vec<&[u8]> = list
+        .entries()
+        .filter(|e| pids.contains(&crate::nvml_list::pid(e)))
         .collect();
     // SAFETY: checked non-null; the caller's count, readable and writable by the contract.
     let caller_room = unsafe { count.read() } as usize;
@@ -329,10 +300,15 @@ pub(crate) unsafe fn running_processes<const SIZE: usize>(
         return NVML_INSUFFICIENT_SIZE;
     }
     for (i, entry) in ours.iter().enumerate() {
-        // SAFETY: the caller's list holds `caller_room >= ours.len()` entries of SIZE bytes;
-        // ours is a separate buffer.
+        // SAFETY: the caller's list holds `caller_room >= ours.len()` entries of the size
+        // NVML writes for this query (what it would have written there itself); ours is a
+        // separate buffer.
         unsafe {
-            std::ptr::copy_nonoverlapping(entry.as_ptr(), infos.cast::<u8>().add(i * SIZE), SIZE)
+            std::ptr::copy_nonoverlapping(
+                entry.as_ptr(),
+                infos.cast::<u8>().add(i * list.entry),
+                list.entry,
+            )
         };
     }
     SUCCESS

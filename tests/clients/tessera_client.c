@@ -8,6 +8,10 @@
  *   probe [device]          retain the primary context, allocate 1 byte, query memory;
  *                           print "probe {json}" with every result code
  *   hold <bytes> [device]   allocate, print "ready {json}", sleep until killed
+ *   unseen                  make device 0's primary context, then a second context through
+ *                           the unversioned cuCtxCreate (which libtessera does not see), then
+ *                           allocate 1 MiB at a time until out of memory; print
+ *                           "full {json}", sleep until killed
  *   stress <threads> <seconds> <max bytes>
  *                           print "started", wait for a line, then threads allocate and
  *                           free random sizes; print "stress {json}"
@@ -206,6 +210,43 @@ static int mode_hold(size_t bytes, int ordinal) {
     char json[128];
     snprintf(json, sizeof json, "{\"pid\":%d,\"bytes\":%zu}", (int)getpid(), bytes);
     emit("ready", json);
+    for (;;)
+        pause();
+}
+
+static int mode_unseen(void) {
+    CUdevice device;
+    CUcontext ctx, hidden = NULL;
+    CUdeviceptr p = 0;
+    size_t allocated = 0;
+    if (use_device(0, &device, &ctx) != 0)
+        return 1;
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    CUresult (*create)(CUcontext *, unsigned int, CUdevice) =
+        lib ? (CUresult(*)(CUcontext *, unsigned int, CUdevice))dlsym(lib, "cuCtxCreate") : NULL;
+    if (create == NULL) {
+        fprintf(stderr, "unseen: no cuCtxCreate\n");
+        return 1;
+    }
+    CUresult made = create(&hidden, 0, device);
+    if (made != CUDA_SUCCESS) {
+        report_failure(&d, "cuCtxCreate", made);
+        return 1;
+    }
+    CHECK(&d, cuCtxSetCurrent(ctx));
+    for (;;) {
+        CUresult rc = d.cuMemAlloc_v2(&p, 1 << 20);
+        if (rc == CUDA_ERROR_OUT_OF_MEMORY)
+            break;
+        if (rc != CUDA_SUCCESS) {
+            report_failure(&d, "cuMemAlloc_v2 while filling", rc);
+            return 1;
+        }
+        allocated += 1 << 20;
+    }
+    char json[128];
+    snprintf(json, sizeof json, "{\"pid\":%d,\"allocated\":%zu}", (int)getpid(), allocated);
+    emit("full", json);
     for (;;)
         pause();
 }
@@ -763,6 +804,8 @@ int main(int argc, char **argv) {
         return mode_probe(device);
     if (strcmp(mode, "hold") == 0 && argc >= 3)
         return mode_hold((size_t)strtoull(argv[2], NULL, 0), argc >= 4 ? atoi(argv[3]) : 0);
+    if (strcmp(mode, "unseen") == 0)
+        return mode_unseen();
     if (strcmp(mode, "stress") == 0 && argc == 5)
         return mode_stress(atoi(argv[2]), atof(argv[3]), (size_t)strtoull(argv[4], NULL, 0));
     if (strcmp(mode, "vmm") == 0 && argc == 3)

@@ -230,21 +230,31 @@ fn without_a_gpu_it_says_so() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("usage: bench/gpu-check.sh OUTDIR"));
 }
 
-/// The whole check on simgpu as the system driver, with short phases: every step runs and
-/// the report holds the machine, the probe figures, the slice and the scenario's table.
+/// The whole check on simgpu as the system driver, with short phases, from a folder of the
+/// programs a real-driver run ships (no simgpu among them): every step runs and the report
+/// holds the machine, the probe figures, the slice and the scenario's table, and names the
+/// scenario that could not run.
 #[test]
 fn the_check_runs_end_to_end_on_simgpu() {
     let _timing = timing_lock();
     let scratch = Scratch::new("sim");
     let target = scratch.0.join("report");
+    let bins = scratch.0.join("bin");
+    std::fs::create_dir_all(&bins).unwrap();
+    for program in ["gpuload", "tessera-bench", "controld", "libtessera.so"] {
+        std::fs::copy(compute::bin_dir().join(program), bins.join(program)).unwrap();
+    }
     let mut cmd = Command::new("bash");
     cmd.arg(script())
         .arg(&target)
         .env("TESSERA_GPU_CHECK_DRIVER_DIR", &artifacts().lib_dir)
-        .env("TESSERA_GPU_CHECK_BIN_DIR", compute::bin_dir())
+        .env("TESSERA_GPU_CHECK_BIN_DIR", &bins)
         .env("TESSERA_GPU_CHECK_QUICK", "1")
         .env("TESSERA_GPU_CHECK_SECONDS", "1")
-        .env("TESSERA_GPU_CHECK_SCENARIOS", "fixed-alone")
+        .env(
+            "TESSERA_GPU_CHECK_SCENARIOS",
+            "fixed-alone no-such-scenario",
+        )
         // PyTorch (two installs of several GB) is the frameworks script's own test.
         .env("TESSERA_GPU_CHECK_FRAMEWORKS_SECONDS", "0")
         .env("SIMGPU_DEVICES", "A100-80GB");
@@ -254,7 +264,12 @@ fn the_check_runs_end_to_end_on_simgpu() {
         }
     }
     let out = run_with_timeout(&mut cmd, Duration::from_secs(300));
-    assert_success(&out, "gpu-check.sh on simgpu");
+    // 1: a step could not run (the scenario that does not exist), which the report names.
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "gpu-check.sh on simgpu: {out:?}"
+    );
     let report = std::fs::read_to_string(target.join("report.md")).unwrap();
     let results: Value =
         serde_json::from_str(&std::fs::read_to_string(target.join("results.json")).unwrap())
@@ -284,8 +299,20 @@ fn the_check_runs_end_to_end_on_simgpu() {
     );
     assert_eq!(results["frameworks"]["result"], "skipped", "{results}");
     let scenarios = results["scenarios"].as_array().unwrap();
-    assert_eq!(scenarios.len(), 1, "{results}");
+    assert_eq!(scenarios.len(), 2, "{results}");
     assert_eq!(scenarios[0]["result"], "pass", "{results}");
+    assert_eq!(scenarios[1]["result"], "error", "{results}");
+    let failing: Vec<&str> = results["failing"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no failing list: {results}"))
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(failing.len(), 1, "{results}");
+    assert!(
+        failing[0].starts_with("no-such-scenario: error (") && !failing[0].contains("(no log)"),
+        "{failing:?}"
+    );
     for part in [
         "NVIDIA A100-SXM4-80GB",
         "the other process's slice",
@@ -295,6 +322,8 @@ fn the_check_runs_end_to_end_on_simgpu() {
         "fixed:30, each 1 s window",
         "TESSERA_GPU_CHECK_DRIVER_DIR",
         "## PyTorch on the real driver",
+        "## What failed",
+        "- no-such-scenario: error (",
     ] {
         assert!(report.contains(part), "the report lacks {part}:\n{report}");
     }

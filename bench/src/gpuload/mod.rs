@@ -35,7 +35,15 @@ pub fn info(gpu: &Gpu) -> Result<Value> {
     let memory = gpu.memory_info()?;
     // The driver's own version (like 550.54.15) only NVML knows; a machine without NVML
     // still reports the rest.
-    let nvml_version = Nvml::open().and_then(|n| n.driver_version());
+    let nvml = Nvml::open();
+    let nvml_version = nvml
+        .as_ref()
+        .map_err(Clone::clone)
+        .and_then(Nvml::driver_version);
+    let context = nvml
+        .as_ref()
+        .map_err(ToString::to_string)
+        .and_then(|n| own_context(n, gpu));
     Ok(json!({
         "mode": "info",
         "device": gpu.ordinal(),
@@ -45,7 +53,35 @@ pub fn info(gpu: &Gpu) -> Result<Value> {
         "nvml_error": nvml_version.as_ref().err().map(ToString::to_string),
         "total": memory.total,
         "free": memory.free,
+        // What this process's context holds by NVML (it has allocated nothing): what every
+        // context of a program like this one costs on this driver and GPU.
+        "context_bytes": context.as_ref().ok(),
+        "context_error": context.as_ref().err(),
     }))
+}
+
+/// How long [`info`] waits for NVML to list this process: a driver may list a process a while
+/// after its context exists.
+const LISTING_WAIT: Duration = Duration::from_secs(3);
+
+/// NVML's figure for this process on the GPU's device (NVML's index taken to be the CUDA
+/// ordinal, as on a node whose devices are not reordered).
+fn own_context(nvml: &Nvml, gpu: &Gpu) -> std::result::Result<u64, String> {
+    let me = std::process::id();
+    let index = u32::try_from(gpu.ordinal()).map_err(|_| "no device".to_string())?;
+    let deadline = Instant::now() + LISTING_WAIT;
+    loop {
+        let listed = nvml.process_memory(index).map_err(|e| e.to_string())?;
+        if let Some(&(_, bytes)) = listed.iter().find(|(pid, _)| *pid == me) {
+            return Ok(bytes);
+        }
+        if Instant::now() >= deadline {
+            return Err(format!(
+                "NVML did not list this process (pid {me}) with a figure within {LISTING_WAIT:?}"
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// Copies a pattern of `bytes` to the device, fills the middle half with a kernel, copies it

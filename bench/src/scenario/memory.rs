@@ -1,15 +1,21 @@
 //! Memory caps: containers with different caps allocate in steps up to and beyond them and
-//! free again, measured from ground truth — the device memory simgpu's node holds for each
-//! process (allocations and context overhead), summed per container — and from what each
-//! `gpuload alloc` was granted and refused.
+//! free again, measured from ground truth — the device memory each process holds
+//! (allocations and context overhead; simgpu's node, or NVML on a real driver), summed per
+//! container — and from what each `gpuload alloc` was granted and refused.
 //!
-//! Each container runs two `gpuload alloc` processes, each asking for 60 % of the cap: the
-//! second goes beyond it. It starts one step after the first and exits one step before it,
-//! so the container's memory climbs and falls in a pyramid. Once both have exited a third
-//! asks for 120 % of the cap: a container whose memory came back gets the whole cap again.
-//! Containers start a fifth of a step apart, so that no two processes create their contexts
-//! at the same instant (libtessera measures a context's overhead as the device's growth
-//! while it is created).
+//! A context's own memory differs from driver to driver (300 MiB on simgpu by default, 518
+//! MiB on an H200 with driver 580), so the scenario first measures one (`gpuload info`'s
+//! `context_bytes`) and sizes the caps from it: the smallest whole number of GiB that holds
+//! two contexts, plus 1, 2 and 3 GiB (2, 3 and 4 GiB where a context is under 512 MiB).
+//!
+//! Each container runs two `gpuload alloc` processes, each asking for 60 % of what the cap
+//! leaves beside their two contexts: the second goes beyond it. It starts one step after the
+//! first and exits one step before it, so the container's memory climbs and falls in a
+//! pyramid. Once both have exited a third asks for 120 % of what the cap leaves beside its
+//! context: a container whose memory came back gets the whole cap again. Containers start a
+//! fifth of a step apart, so that no two processes create their contexts at the same instant
+//! (libtessera measures a context's overhead as the device's growth while it is created,
+//! where NVML does not list the process).
 
 use super::error::ScenarioError;
 use super::plot::{Chart, Panel, Series};
@@ -22,25 +28,48 @@ use tessera_region::units::format_size;
 const GIB: u64 = 1 << 30;
 const MIB: u64 = 1 << 20;
 
-/// The containers and their caps.
-const CAPPED: [(&str, u64); 3] = [
-    ("cap-2gib", 2 * GIB),
-    ("cap-3gib", 3 * GIB),
-    ("cap-4gib", 4 * GIB),
-];
+/// How many containers, each with a cap one GiB larger than the one before.
+const CONTAINERS: u64 = 3;
 
-const SPECS: [Spec; 3] = [
-    Spec::online(CAPPED[0].0, "best-effort"),
-    Spec::online(CAPPED[1].0, "best-effort"),
-    Spec::online(CAPPED[2].0, "best-effort"),
-];
+/// The containers' names and caps for contexts of `context` bytes: the smallest whole number
+/// of GiB that holds two contexts, plus 1, 2, 3 GiB.
+fn caps_for(context: u64) -> Vec<(&'static str, u64)> {
+    let base = (2 * context).div_ceil(GIB);
+    (1..=CONTAINERS)
+        .map(|k| {
+            let gib = base + k;
+            // Leaked once per run: a scenario's containers are named for the config's life.
+            let name: &'static str = Box::leak(format!("cap-{gib}gib").into_boxed_str());
+            (name, gib * GIB)
+        })
+        .collect()
+}
 
-/// What each step asks for, as a share of the cap.
+/// What each step asks for, as a share of what the cap leaves beside two contexts.
 const STEP: f64 = 0.60;
-/// What the process after the steps asks for.
+/// What the process after the steps asks for, as a share of what the cap leaves beside its
+/// context.
 const REFILL: f64 = 1.20;
 /// The length of the pyramid and the refill, in steps.
 const STEPS: u32 = 5;
+
+/// What one context of `gpuload` holds on the scenario's driver: `gpuload info`'s
+/// `context_bytes`, run plainly.
+fn measure_context(bins: &Bins) -> Result<u64, ScenarioError> {
+    let bed = Testbed::new(bins, &[], false)?;
+    let info = bed
+        .gpuload("context", &["info"])?
+        .finish(Duration::from_secs(60))?;
+    info["context_bytes"]
+        .as_u64()
+        .filter(|&b| b > 0)
+        .ok_or_else(|| {
+            ScenarioError::Run(format!(
+                "gpuload info measured no context ({}); the caps are sized from it",
+                info["context_error"].as_str().unwrap_or("no figure")
+            ))
+        })
+}
 
 /// One `gpuload alloc` of a container: asked and granted bytes, and the error that
 /// stopped it.
@@ -104,8 +133,8 @@ fn held(trace: &Trace, pids: &[u32]) -> Vec<(u64, u64)> {
 
 /// Sets each container's cap through the daemon's control socket, as an operator would
 /// (`controld container set NAME --memory SIZE`), and checks the regions show it.
-fn set_caps(bins: &Bins, bed: &Testbed) -> Result<(), ScenarioError> {
-    for (name, cap) in CAPPED {
+fn set_caps(bins: &Bins, bed: &Testbed, capped: &[(&str, u64)]) -> Result<(), ScenarioError> {
+    for &(name, cap) in capped {
         let region = bed.region_path(name);
         let state_dir = region
             .parent()
@@ -158,54 +187,84 @@ fn report(p: Proc) -> Result<Value, ScenarioError> {
     p.finish(Duration::from_secs(30))
 }
 
-fn cap_run(bins: &Bins, tessera: bool, step: Duration) -> Result<CapRun, ScenarioError> {
-    let bed = Testbed::new(bins, &SPECS, tessera)?;
+/// The sizes a run asks for: per container, each step's and the refill's.
+struct Asks {
+    step: Vec<u64>,
+    refill: Vec<u64>,
+}
+
+impl Asks {
+    fn new(capped: &[(&str, u64)], context: u64) -> Asks {
+        let share = |bytes: u64, share: f64| ((bytes as f64 * share) as u64) / MIB * MIB;
+        Asks {
+            step: capped
+                .iter()
+                .map(|&(_, cap)| share(cap.saturating_sub(2 * context), STEP))
+                .collect(),
+            refill: capped
+                .iter()
+                .map(|&(_, cap)| share(cap.saturating_sub(context), REFILL))
+                .collect(),
+        }
+    }
+}
+
+fn cap_run(
+    bins: &Bins,
+    tessera: bool,
+    step: Duration,
+    capped: &[(&'static str, u64)],
+    asks: &Asks,
+) -> Result<CapRun, ScenarioError> {
+    let specs: Vec<Spec> = capped
+        .iter()
+        .map(|&(name, _)| Spec::online(name, "best-effort"))
+        .collect();
+    let bed = Testbed::new(bins, &specs, tessera)?;
     if tessera {
-        set_caps(bins, &bed)?;
+        set_caps(bins, &bed, capped)?;
     }
     let sampler = Sampler::start(bed.node_state(), Duration::from_millis(10))?;
     let stagger = step / 5;
     let start = Instant::now();
-    let ask = |cap: u64, share: f64| ((cap as f64 * share) as u64) / MIB * MIB;
     // The pyramid: step 0 of container c at c × stagger for 3 steps, step 1 a step later
     // for 1 step.
     let mut first = Vec::new();
     let mut second = Vec::new();
-    for (c, (name, cap)) in CAPPED.iter().enumerate() {
+    for (c, (name, _)) in capped.iter().enumerate() {
         sleep_until(start, stagger * c as u32);
-        first.push(alloc(&bed, name, ask(*cap, STEP), step * 3)?);
+        first.push(alloc(&bed, name, asks.step[c], step * 3)?);
     }
-    for (c, (name, cap)) in CAPPED.iter().enumerate() {
+    for (c, (name, _)) in capped.iter().enumerate() {
         sleep_until(start, step + stagger * c as u32);
-        second.push(alloc(&bed, name, ask(*cap, STEP), step)?);
+        second.push(alloc(&bed, name, asks.step[c], step)?);
     }
-    let mut steps: Vec<Vec<Grant>> = vec![Vec::new(); CAPPED.len()];
-    let mut step_pids: Vec<Vec<u32>> = vec![Vec::new(); CAPPED.len()];
+    let mut steps: Vec<Vec<Grant>> = vec![Vec::new(); capped.len()];
+    let mut step_pids: Vec<Vec<u32>> = vec![Vec::new(); capped.len()];
     for (c, (a, b)) in first.into_iter().zip(second).enumerate() {
-        let cap = CAPPED[c].1;
         step_pids[c] = vec![a.pid(), b.pid()];
         // The second exits first.
-        steps[c].push(Grant::from_report(ask(cap, STEP), &report(b)?));
-        steps[c].insert(0, Grant::from_report(ask(cap, STEP), &report(a)?));
+        steps[c].push(Grant::from_report(asks.step[c], &report(b)?));
+        steps[c].insert(0, Grant::from_report(asks.step[c], &report(a)?));
     }
     // The refill, once the container's steps have exited (waited for just above).
     let mut refills = Vec::new();
-    for (c, (name, cap)) in CAPPED.iter().enumerate() {
+    for (c, (name, _)) in capped.iter().enumerate() {
         sleep_until(start, step * 4 + stagger * c as u32);
-        refills.push(alloc(&bed, name, ask(*cap, REFILL), step / 2)?);
+        refills.push(alloc(&bed, name, asks.refill[c], step / 2)?);
     }
     let refill_pids: Vec<u32> = refills.iter().map(Proc::pid).collect();
     let refills = refills
         .into_iter()
-        .zip(CAPPED)
-        .map(|(p, (_, cap))| Ok(Grant::from_report(ask(cap, REFILL), &report(p)?)))
+        .enumerate()
+        .map(|(c, p)| Ok(Grant::from_report(asks.refill[c], &report(p)?)))
         .collect::<Result<Vec<_>, ScenarioError>>()?;
     std::thread::sleep(Duration::from_millis(50));
     let trace = sampler.stop()?;
     let origin = trace.samples.first().map_or(0, |s| s.t_ns);
     let mut containers = Vec::new();
     let mut series = Vec::new();
-    for c in 0..CAPPED.len() {
+    for c in 0..capped.len() {
         let mut pids = step_pids[c].clone();
         pids.push(refill_pids[c]);
         let memory = held(&trace, &pids);
@@ -246,9 +305,9 @@ fn of_cap(bytes: u64, cap: u64) -> String {
 }
 
 /// The memory chart: each container's memory over time, its cap dashed.
-fn chart(run: &CapRun, base: Option<&CapRun>) -> Chart {
+fn chart(run: &CapRun, base: Option<&CapRun>, capped: &[(&str, u64)]) -> Chart {
     let caps = |with_caps: bool| -> Vec<Series> {
-        CAPPED
+        capped
             .iter()
             .enumerate()
             .map(|(c, (name, cap))| {
@@ -273,7 +332,7 @@ fn chart(run: &CapRun, base: Option<&CapRun>) -> Chart {
         r.series
             .iter()
             .enumerate()
-            .map(|(c, s)| Series::line(CAPPED[c].0, c, s.clone()))
+            .map(|(c, s)| Series::line(capped[c].0, c, s.clone()))
             .collect()
     };
     let mut panels = vec![Panel {
@@ -288,7 +347,7 @@ fn chart(run: &CapRun, base: Option<&CapRun>) -> Chart {
     }
     Chart {
         file: "memory-caps".into(),
-        title: "Device memory of each container: two steps of 60 % of the cap, then 120 %".into(),
+        title: "Device memory of each container: two steps of 60 % of what the cap leaves beside the contexts, then 120 %".into(),
         x_label: "time since the first step (s)".into(),
         y_label: "device memory (GiB)".into(),
         y_range: None,
@@ -297,19 +356,34 @@ fn chart(run: &CapRun, base: Option<&CapRun>) -> Chart {
     }
 }
 
-/// The cap scenario: three containers with caps of 2, 3 and 4 GiB.
+/// The cap scenario: three containers with caps of 2, 3 and 4 GiB (more where a context
+/// holds 512 MiB or more).
 pub(super) fn memory_caps(bins: &Bins, o: &Options) -> Result<Outcome, ScenarioError> {
     let mut out = Outcome::new("memory-caps");
     let step = (o.phase(5.0) / STEPS).max(Duration::from_millis(300));
-    o.say("two steps of 60 % of the cap, then 120 %, with Tessera");
-    let run = cap_run(bins, true, step)?;
+    o.say("one context, measured");
+    let context = measure_context(bins)?;
+    let capped = caps_for(context);
+    let asks = Asks::new(&capped, context);
+    out.set("context_bytes", context as f64);
+    out.notes.push(format!(
+        "a context holds {} here; caps {}",
+        mib(context),
+        capped
+            .iter()
+            .map(|&(_, cap)| format_size(cap))
+            .collect::<Vec<_>>()
+            .join(", ")
+    ));
+    o.say("two steps of 60 % of what the cap leaves, then 120 %, with Tessera");
+    let run = cap_run(bins, true, step, &capped, &asks)?;
     let base = if o.baseline {
         o.say("baseline: the same without Tessera (no caps)");
-        Some(cap_run(bins, false, step)?)
+        Some(cap_run(bins, false, step, &capped, &asks)?)
     } else {
         None
     };
-    for (c, (name, cap)) in CAPPED.iter().enumerate() {
+    for (c, (name, cap)) in capped.iter().enumerate() {
         let mine = &run.containers[c];
         let theirs = base.as_ref().map(|b| &b.containers[c]);
         let asked: u64 = mine.steps.iter().map(|g| g.asked).sum();
@@ -369,7 +443,7 @@ pub(super) fn memory_caps(bins: &Bins, o: &Options) -> Result<Outcome, ScenarioE
             Some(mine.refill_peak as f64 >= 0.99 * *cap as f64 && mine.refill_peak <= *cap),
         );
     }
-    out.charts.push(chart(&run, base.as_ref()));
+    out.charts.push(chart(&run, base.as_ref(), &capped));
     Ok(out)
 }
 
@@ -393,6 +467,31 @@ mod tests {
         };
         assert_eq!(held(&trace, &[1, 2]), vec![(0, 15), (1, 6)]);
         assert_eq!(held(&trace, &[]), vec![(0, 0), (1, 0)]);
+    }
+
+    #[test]
+    fn caps_hold_two_contexts_and_more() {
+        let names = |c: &[(&str, u64)]| c.iter().map(|(n, _)| n.to_string()).collect::<Vec<_>>();
+        // simgpu's default context: the caps of 2, 3 and 4 GiB.
+        let simgpu = caps_for(300 * MIB);
+        assert_eq!(names(&simgpu), ["cap-2gib", "cap-3gib", "cap-4gib"]);
+        assert_eq!(simgpu[0].1, 2 * GIB);
+        // An H200's: two contexts need more than a GiB.
+        let h200 = caps_for(518 * MIB);
+        assert_eq!(names(&h200), ["cap-3gib", "cap-4gib", "cap-5gib"]);
+        for context in [300 * MIB, 518 * MIB, 2 * GIB + 1] {
+            let capped = caps_for(context);
+            let asks = Asks::new(&capped, context);
+            for (c, &(_, cap)) in capped.iter().enumerate() {
+                // The two steps together ask for more than the cap leaves beside their
+                // contexts, each for less.
+                let room = cap - 2 * context;
+                assert!(room >= GIB, "{context}: {cap}");
+                assert!(2 * asks.step[c] > room && asks.step[c] < room);
+                // The refill asks for more than the cap leaves beside its context.
+                assert!(asks.refill[c] > cap - context);
+            }
+        }
     }
 
     #[test]

@@ -220,7 +220,7 @@ pub const SCENARIOS: &[Scenario] = &[
     Scenario {
         name: "memory-caps",
         item: 10,
-        about: "caps of 2, 3 and 4 GiB, asked for 120 % in two steps: peak ≤ cap, the rest refused, the cap free again after",
+        about: "caps of 2, 3 and 4 GiB (more where a context is 512 MiB or more), asked for 120 % of what two contexts leave in two steps: peak ≤ cap, the rest refused, the cap free again after",
         run: memory::memory_caps,
     },
     Scenario {

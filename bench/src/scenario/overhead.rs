@@ -4,6 +4,7 @@
 //! eight busy containers.
 
 use super::error::ScenarioError;
+use super::testbed::Backend;
 use super::{cpu_ns, pct, wait_running, Bins, Options, Outcome, Proc, Spec, Testbed};
 use std::time::{Duration, Instant};
 
@@ -27,36 +28,96 @@ enum Side {
     FastPath,
 }
 
-/// One round: the same `gpuload train` of 20 µs kernels at the same time on two nodes of
-/// their own, one in a container on `side` and one with no preload and no daemon. Running
-/// them side by side puts both under the same load of the machine, so their ratio is the
-/// library's cost, not the machine's drift. Returns both throughputs and the container's
-/// compute mode mid-run.
-fn round(bins: &Bins, phase: Duration, side: Side) -> Result<(f64, f64, u32), ScenarioError> {
+/// How a round runs its two processes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Order {
+    /// At the same time, on two nodes of their own: both under the same load of the
+    /// machine, so their ratio is the library's cost, not the machine's drift. Only simgpu
+    /// has nodes of their own to give.
+    SideBySide,
+    /// One after the other, the container's first or the plain one's: on a real driver the
+    /// two would share the one GPU and time-slice each other, and their ratio would say how
+    /// the slices fell, not what the library costs. Rounds alternate which goes first, so
+    /// that a drift of the machine touches both sides alike.
+    InTurn { with_first: bool },
+}
+
+impl Order {
+    /// Round `r`'s order on `backend`.
+    fn of(backend: Backend, r: usize) -> Order {
+        match backend {
+            Backend::Simgpu => Order::SideBySide,
+            Backend::System => Order::InTurn {
+                with_first: r.is_multiple_of(2),
+            },
+        }
+    }
+
+    /// The words for the table and the progress lines.
+    fn words(backend: Backend) -> &'static str {
+        match backend {
+            Backend::Simgpu => "side by side",
+            Backend::System => "in turn, alternating which goes first",
+        }
+    }
+}
+
+/// One round: the same `gpuload train` of 20 µs kernels in a container on `side` and with no
+/// preload and no daemon, in `order`. Returns both throughputs and the container's compute
+/// mode mid-run.
+fn round(
+    bins: &Bins,
+    phase: Duration,
+    side: Side,
+    order: Order,
+) -> Result<(f64, f64, u32), ScenarioError> {
     let specs = [Spec::online("solo", "best-effort")];
     let tessera = Testbed::new(bins, &specs, side == Side::Managed)?;
     let plain = Testbed::new(bins, &specs, false)?;
     let seconds = format!("{}", phase.as_secs_f64());
     let mut args = TRAIN.to_vec();
     args.extend(["--seconds", &seconds]);
-    let with = match side {
-        Side::Managed => tessera.gpuload("solo", &args)?,
-        Side::FastPath => tessera.run_uncapped_compute(&bins.gpuload, &args)?,
-    };
-    let without = plain.gpuload("solo", &args)?;
-    std::thread::sleep(phase / 2);
-    // Relaxed: a setting of the daemon's, read once for the report.
-    let mode = match side {
-        Side::Managed => tessera
-            .region("solo")?
-            .compute(0)
-            .mode
-            .load(std::sync::atomic::Ordering::Relaxed),
-        Side::FastPath => tessera_region::layout::COMPUTE_UNLIMITED,
-    };
     let timeout = phase + Duration::from_secs(60);
-    let with = with.finish(timeout)?;
-    let without = without.finish(timeout)?;
+    let start_with = || match side {
+        Side::Managed => tessera.gpuload("solo", &args),
+        Side::FastPath => tessera.run_uncapped_compute(&bins.gpuload, &args),
+    };
+    // Relaxed: a setting of the daemon's, read once for the report.
+    let mode_mid_run = || -> Result<u32, ScenarioError> {
+        std::thread::sleep(phase / 2);
+        Ok(match side {
+            Side::Managed => tessera
+                .region("solo")?
+                .compute(0)
+                .mode
+                .load(std::sync::atomic::Ordering::Relaxed),
+            Side::FastPath => tessera_region::layout::COMPUTE_UNLIMITED,
+        })
+    };
+    let (with, without, mode) = match order {
+        Order::SideBySide => {
+            let with = start_with()?;
+            let without = plain.gpuload("solo", &args)?;
+            let mode = mode_mid_run()?;
+            (with.finish(timeout)?, without.finish(timeout)?, mode)
+        }
+        Order::InTurn { with_first } => {
+            let run_with = || -> Result<_, ScenarioError> {
+                let p = start_with()?;
+                let mode = mode_mid_run()?;
+                Ok((p.finish(timeout)?, mode))
+            };
+            let run_without = || plain.gpuload("solo", &args)?.finish(timeout);
+            if with_first {
+                let (with, mode) = run_with()?;
+                (with, run_without()?, mode)
+            } else {
+                let without = run_without()?;
+                let (with, mode) = run_with()?;
+                (with, without, mode)
+            }
+        }
+    };
     Ok((kernels_per_s(&with)?, kernels_per_s(&without)?, mode))
 }
 
@@ -70,27 +131,32 @@ fn median(v: &mut [f64]) -> f64 {
 }
 
 /// Item 8: one container, no limit binding, 20 µs kernels, against no preload: the median
-/// over rounds of the ratio of the two throughputs, measured side by side (see [`round`]).
+/// over rounds of the ratio of the two throughputs, measured side by side on simgpu and in
+/// turn on a real driver (see [`Order`]).
 pub(super) fn unlimited_throughput(bins: &Bins, o: &Options) -> Result<Outcome, ScenarioError> {
     let mut out = Outcome::new("overhead");
     let phase = o.phase(4.0);
-    let rounds = if o.seconds.is_some_and(|s| s < 3.0) {
-        3
-    } else {
-        5
+    let short = o.seconds.is_some_and(|s| s < 3.0);
+    // In turn, an even number of rounds, so that each side goes first as often.
+    let rounds = match (bins.backend, short) {
+        (Backend::Simgpu, true) => 3,
+        (Backend::Simgpu, false) => 5,
+        (Backend::System, true) => 2,
+        (Backend::System, false) => 4,
     };
     for side in [Side::FastPath, Side::Managed] {
         let (mut with, mut without, mut ratios, mut modes) =
             (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for r in 1..=rounds {
             o.say(&format!(
-                "round {r}/{rounds}: {}, and without the preload, side by side",
+                "round {r}/{rounds}: {}, and without the preload, {}",
                 match side {
                     Side::FastPath => "no compute limit (the fast path)",
                     Side::Managed => "alone under controld (metered)",
-                }
+                },
+                Order::words(bins.backend)
             ));
-            let (w, b, mode) = round(bins, phase, side)?;
+            let (w, b, mode) = round(bins, phase, side, Order::of(bins.backend, r))?;
             modes.push(match mode {
                 tessera_region::layout::COMPUTE_UNLIMITED => "unlimited",
                 tessera_region::layout::COMPUTE_DAEMON => "daemon",
@@ -119,7 +185,10 @@ pub(super) fn unlimited_throughput(bins: &Bins, o: &Options) -> Result<Outcome, 
                 out.set("without_kernels_per_s", b);
                 out.set("ratio", ratio);
                 out.row(
-                    "20 µs kernels, no compute limit (the launch fast path), kernels/s (median of side-by-side rounds)",
+                    &format!(
+                        "20 µs kernels, no compute limit (the launch fast path), kernels/s (median of rounds {})",
+                        Order::words(bins.backend)
+                    ),
                     "≥ 99 % of no preload",
                     measured,
                     format!("{b:.0}/s"),

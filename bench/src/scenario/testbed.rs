@@ -59,19 +59,20 @@ pub struct Bins {
     pub controld: PathBuf,
     /// `gpuload`.
     pub gpuload: PathBuf,
-    /// The `simgpu` CLI.
-    pub simgpu: PathBuf,
     /// `libtessera.so`.
     pub libtessera: PathBuf,
-    /// What `simgpu lib-dir` prints: the simulated `libcuda.so.1` and `libnvidia-ml.so.1`.
-    pub lib_dir: PathBuf,
+    /// What `simgpu lib-dir` prints: the simulated `libcuda.so.1` and `libnvidia-ml.so.1`;
+    /// `None` on the system's driver, which needs nothing of simgpu.
+    pub lib_dir: Option<PathBuf>,
     /// The GPU the workloads use ([`BACKEND_ENV`] when found).
     pub backend: Backend,
 }
 
 impl Bins {
     /// Finds the programs in `dir`. Builds nothing: a missing one is an error that names the
-    /// `cargo build` command which makes it.
+    /// `cargo build` command which makes it. simgpu's programs are needed only to run on
+    /// simgpu: on the system's driver ([`BACKEND_ENV`]`=system`) a folder of `controld`,
+    /// `gpuload` and `libtessera.so` is enough.
     pub fn find(dir: &Path) -> Result<Bins, ScenarioError> {
         let backend = Backend::from_env()?;
         let profile = match dir.file_name().and_then(OsStr::to_str) {
@@ -80,8 +81,12 @@ impl Bins {
             Some(other) => format!(" --profile {other}"),
             None => String::new(),
         };
+        let simgpu_packages = match backend {
+            Backend::Simgpu => " -p simgpu -p simgpu-cuda -p simgpu-nvml",
+            Backend::System => "",
+        };
         let build = format!(
-            "cargo build{profile} -p tessera-controld -p tessera-bench -p tessera-intercept -p simgpu -p simgpu-cuda -p simgpu-nvml"
+            "cargo build{profile} -p tessera-controld -p tessera-bench -p tessera-intercept{simgpu_packages}"
         );
         let want = |name: &str| {
             let path = dir.join(name);
@@ -96,35 +101,15 @@ impl Bins {
         };
         let controld = want("controld")?;
         let gpuload = want("gpuload")?;
-        let simgpu = want("simgpu")?;
         let libtessera = want("libtessera.so")?;
-        let out = Command::new(&simgpu)
-            .arg("lib-dir")
-            .stdin(Stdio::null())
-            .output()
-            .map_err(ScenarioError::start(format!(
-                "run {} lib-dir",
-                simgpu.display()
-            )))?;
-        if !out.status.success() {
-            return Err(ScenarioError::Program {
-                what: format!("{} lib-dir", simgpu.display()),
-                outcome: format!("failed ({})", out.status),
-                stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
-            });
-        }
-        let lib_dir = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
-        if !lib_dir.join("libcuda.so.1").exists() {
-            return Err(ScenarioError::Setup(format!(
-                "{} has no libcuda.so.1; build it first: {build}",
-                lib_dir.display()
-            )));
-        }
+        let lib_dir = match backend {
+            Backend::Simgpu => Some(simgpu_lib_dir(&want("simgpu")?, &build)?),
+            Backend::System => None,
+        };
         Ok(Bins {
             dir: dir.to_path_buf(),
             controld,
             gpuload,
-            simgpu,
             libtessera,
             lib_dir,
             backend,
@@ -140,6 +125,34 @@ impl Bins {
             .ok_or_else(|| ScenarioError::Setup(format!("{} has no directory", exe.display())))?;
         Bins::find(dir)
     }
+}
+
+/// The folder of simgpu's libraries, as `simgpu lib-dir` prints it; `build` is the command
+/// that makes them.
+fn simgpu_lib_dir(simgpu: &Path, build: &str) -> Result<PathBuf, ScenarioError> {
+    let out = Command::new(simgpu)
+        .arg("lib-dir")
+        .stdin(Stdio::null())
+        .output()
+        .map_err(ScenarioError::start(format!(
+            "run {} lib-dir",
+            simgpu.display()
+        )))?;
+    if !out.status.success() {
+        return Err(ScenarioError::Program {
+            what: format!("{} lib-dir", simgpu.display()),
+            outcome: format!("failed ({})", out.status),
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        });
+    }
+    let lib_dir = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    if !lib_dir.join("libcuda.so.1").exists() {
+        return Err(ScenarioError::Setup(format!(
+            "{} has no libcuda.so.1; build it first: {build}",
+            lib_dir.display()
+        )));
+    }
+    Ok(lib_dir)
 }
 
 /// A container as the config declares it.
@@ -342,14 +355,15 @@ pub struct Testbed {
     node_state: PathBuf,
     /// On the system's driver: where the workloads publish their progress.
     progress: Option<PathBuf>,
-    node: simgpu::node::Node,
+    /// The simulated node; `None` on the system's driver.
+    node: Option<simgpu::node::Node>,
     specs: Vec<Spec>,
     daemon: Option<Proc>,
 }
 
 impl Testbed {
     /// A fresh node with one [`DEVICE`] (on the system's driver, a directory for the
-    /// workloads' progress instead; the node is made but nothing runs on it); with
+    /// workloads' progress instead, and no node); with
     /// `tessera`, a `controld run` whose config declares `specs`, started and answering.
     pub fn new(bins: &Bins, specs: &[Spec], tessera: bool) -> Result<Testbed, ScenarioError> {
         let dir = TempDir::new()?;
@@ -362,12 +376,19 @@ impl Testbed {
             }
         };
         let node_state = dir.0.join("simgpu.state");
-        let devices = simgpu::device::parse_devices(DEVICE)?;
-        let node = simgpu::node::Node::open_or_create(
-            &node_state,
-            &devices,
-            &simgpu::config::NodeConfig::from_env(&devices).map_err(simgpu::node::NodeError::from)?,
-        )?;
+        let node = match bins.backend {
+            Backend::Simgpu => {
+                let devices = simgpu::device::parse_devices(DEVICE)?;
+                let config = simgpu::config::NodeConfig::from_env(&devices)
+                    .map_err(simgpu::node::NodeError::from)?;
+                Some(simgpu::node::Node::open_or_create(
+                    &node_state,
+                    &devices,
+                    &config,
+                )?)
+            }
+            Backend::System => None,
+        };
         let mut bed = Testbed {
             bins: bins.clone(),
             dir,
@@ -409,10 +430,10 @@ impl Testbed {
         self.progress.as_deref().unwrap_or(&self.node_state)
     }
 
-    /// The simulated node, for ground truth on simgpu (on the system's driver nothing runs
-    /// on it: see [`Testbed::has_run`]).
-    pub fn node(&self) -> &simgpu::node::Node {
-        &self.node
+    /// The simulated node, for ground truth on simgpu; `None` on the system's driver (see
+    /// [`Testbed::has_run`]).
+    pub fn node(&self) -> Option<&simgpu::node::Node> {
+        self.node.as_ref()
     }
 
     /// The GPU the workloads use.
@@ -424,12 +445,12 @@ impl Testbed {
     /// the system's driver it published a completed kernel.
     pub fn has_run(&self, pid: u32) -> bool {
         match &self.progress {
-            None => self
-                .node
-                .snapshot()
-                .processes
-                .iter()
-                .any(|s| s.pid == pid && s.devices.first().is_some_and(|d| d.busy_ns > 0)),
+            None => self.node.as_ref().is_some_and(|node| {
+                node.snapshot()
+                    .processes
+                    .iter()
+                    .any(|s| s.pid == pid && s.devices.first().is_some_and(|d| d.busy_ns > 0))
+            }),
             Some(dir) => crate::gpuload::Progress::open(&crate::gpuload::Progress::path(dir, pid))
                 .is_ok_and(|p| p.busy_ns() > 0),
         }
@@ -487,7 +508,10 @@ impl Testbed {
             cmd.env(crate::gpuload::PROGRESS_DIR_ENV, dir);
             return cmd;
         }
-        let mut path = self.bins.lib_dir.as_os_str().to_owned();
+        let Some(lib_dir) = &self.bins.lib_dir else {
+            return cmd;
+        };
+        let mut path = lib_dir.as_os_str().to_owned();
         if let Some(old) = std::env::var_os("LD_LIBRARY_PATH").filter(|v| !v.is_empty()) {
             path.push(":");
             path.push(old);

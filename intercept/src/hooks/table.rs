@@ -236,6 +236,7 @@ macro_rules! hook_table {
 } calls {
     cuda call cuCtxGetCurrent(ctx: *mut *mut c_void);
     cuda call cuCtxGetDevice(dev: *mut i32);
+    cuda call cuDeviceGetUuid_v2(uuid: *mut c_void, dev: i32);
     cuda call cuDevicePrimaryCtxGetState(dev: i32, flags: *mut u32, active: *mut i32);
     cuda call cuEventCreate(event: *mut *mut c_void, flags: u32);
     cuda call cuEventDestroy_v2(event: *mut c_void);

@@ -65,6 +65,11 @@ pub(crate) fn admit(device: usize, bytes: u64) -> Admit {
     };
     // Frees that have run in their streams give their bytes back first.
     pool::settle();
+    // A context counted at a guess, or one that has grown, is trued up to NVML's figure
+    // first; NVML showing the container at its cap already refuses the allocation.
+    if !context::true_up(c, device, bytes) {
+        return Admit::OverCap;
+    }
     match c.reserve(device, bytes) {
         Ok(r) => Admit::Go(c, r),
         Err(over) => {

@@ -1,9 +1,10 @@
 //! What runs on a device: utilization, the processes that hold it, and their share of it.
 
 use crate::ffi::{
-    code, write_out, NvmlDevice, NvmlResult, ProcessInfoV1, ProcessInfoV2,
+    code, write_out, NvmlDevice, NvmlResult, ProcessInfoCc, ProcessInfoV1, ProcessInfoV2,
     ProcessUtilizationSample, Utilization, INSTANCE_ID_NONE,
 };
+use crate::processes::Behaviour;
 use crate::sampling::{window, Sample, MIN_WINDOW_NS};
 use crate::session::{self, Session};
 use simgpu::clock::sleep_until;
@@ -88,9 +89,11 @@ fn compute_processes<T: Copy>(
 ) -> NvmlResult {
     let session = session::session()?;
     let index = session.device(device)?;
+    let behaviour = Behaviour::from_env();
     let list: Vec<T> = holders(&session, index)
         .into_iter()
-        .map(|(pid, memory)| info(pid, memory))
+        .filter(|&(pid, _)| behaviour.lists(pid))
+        .map(|(pid, memory)| info(pid, behaviour.memory(memory)))
         .collect();
     // SAFETY: NVML's contract for the running-process queries matches `write_list`'s.
     unsafe { write_list(&list, infos, count) }
@@ -109,6 +112,16 @@ fn v2(pid: u32, memory: u64) -> ProcessInfoV2 {
         used_gpu_memory: memory,
         gpu_instance_id: INSTANCE_ID_NONE,
         compute_instance_id: INSTANCE_ID_NONE,
+    }
+}
+
+fn v3_cc(pid: u32, memory: u64) -> ProcessInfoCc {
+    ProcessInfoCc {
+        pid,
+        used_gpu_memory: memory,
+        gpu_instance_id: INSTANCE_ID_NONE,
+        compute_instance_id: INSTANCE_ID_NONE,
+        used_gpu_cc_protected_memory: 0,
     }
 }
 
@@ -140,8 +153,13 @@ nvml_entry! {
     fn nvmlDeviceGetComputeRunningProcesses_v2(device: NvmlDevice, count: *mut c_uint, infos: *mut ProcessInfoV2) {
         compute_processes(device, infos, count, v2)
     }
+    /// Entries of 24 bytes, or of 32 as the 535 drivers wrote them (see [`crate::processes`]).
     fn nvmlDeviceGetComputeRunningProcesses_v3(device: NvmlDevice, count: *mut c_uint, infos: *mut ProcessInfoV2) {
-        compute_processes(device, infos, count, v2)
+        if Behaviour::from_env().entry_32 {
+            compute_processes(device, infos.cast::<ProcessInfoCc>(), count, v3_cc)
+        } else {
+            compute_processes(device, infos, count, v2)
+        }
     }
     fn nvmlDeviceGetGraphicsRunningProcesses(device: NvmlDevice, count: *mut c_uint, infos: *mut ProcessInfoV1) {
         no_processes(device, infos, count)

@@ -110,6 +110,18 @@ pub struct ProcessInfoV2 {
     pub compute_instance_id: u32,
 }
 
+/// `nvmlProcessInfo_t` as the `_v3` query of the 535 drivers wrote it, with
+/// `usedGpuCcProtectedMemory` (see [`crate::processes`]).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ProcessInfoCc {
+    pub pid: u32,
+    pub used_gpu_memory: u64,
+    pub gpu_instance_id: u32,
+    pub compute_instance_id: u32,
+    pub used_gpu_cc_protected_memory: u64,
+}
+
 /// What NVML reports for a GPU or compute instance id when MIG is off.
 pub const INSTANCE_ID_NONE: u32 = u32::MAX;
 

@@ -11,6 +11,7 @@ pub mod activity;
 pub mod device;
 pub mod faults;
 pub mod links;
+pub mod processes;
 pub mod sampling;
 pub mod session;
 pub mod system;
