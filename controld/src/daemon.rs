@@ -210,7 +210,9 @@ impl Daemon {
                 None
             }
         };
-        let scheduler = crate::scheduler::Scheduler::spawn(state.roster(), board)
+        // Settlement replays each GPU's time-slicing with its model's figures.
+        let slicing = watchdog.device_slicing().unwrap_or_default();
+        let scheduler = crate::scheduler::Scheduler::spawn(state.roster(), board, slicing)
             .map_err(DaemonError::Setup)?;
         let core = Arc::new(Core::new(state));
         let stop = Arc::new(AtomicBool::new(false));

@@ -35,6 +35,7 @@ pub mod limits;
 pub mod liveness;
 mod memory;
 mod name;
+pub mod slicing;
 mod slot;
 mod small_file;
 pub mod spans;

@@ -49,9 +49,9 @@ impl NodeConfig {
         let p = profile::at(index as u32);
         NodeConfig {
             profile: index as u32,
-            quantum_ns: p.timeslice_ns,
-            switch_ns: p.switch_ns,
-            idle_switch_ns: p.idle_switch_ns,
+            quantum_ns: p.slicing.timeslice_ns,
+            switch_ns: p.slicing.switch_ns,
+            idle_switch_ns: p.slicing.idle_switch_ns,
             kernel_overhead_ns: p.kernel_overhead_ns,
             context_memory: p.context_memory,
             default_kernel_ns: 20_000,
@@ -90,7 +90,11 @@ impl NodeConfig {
         let index = match read(ENV_PROFILE) {
             Some(v) => profile::by_name(&v).map(|(i, _)| i).ok_or_else(|| {
                 let names: Vec<&str> = profile::PROFILES.iter().map(|p| p.name).collect();
-                err(ENV_PROFILE, &v, &format!("expected one of {}", names.join(", ")))
+                err(
+                    ENV_PROFILE,
+                    &v,
+                    &format!("expected one of {}", names.join(", ")),
+                )
             })?,
             None => profile::for_model(devices.first().map_or("", |d| d.name.as_str())).0,
         };

@@ -10,11 +10,13 @@
 //! - the *time slice* a context keeps the engine for while others wait, and the *dead time*
 //!   of a switch, when no context's kernel advances: large when the outgoing context is cut
 //!   in the middle of its kernels (their state is saved and, later, restored), small when it
-//!   had run out of work;
+//!   had run out of work (`tessera_region::slicing`, which `controld` assumes too);
 //! - the device memory a context holds;
 //! - the host cost of each driver call: how long the call takes on the CPU before it returns
 //!   (the driver's own work; simgpu's bodies are 10–40 times cheaper than a real driver's, and
 //!   a layer that adds driver calls must pay for them in the model as on the hardware).
+
+use tessera_region::slicing::{self, Slicing};
 
 /// The host cost of one driver call, in ns: the least time the call takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -103,12 +105,9 @@ pub struct Profile {
     pub name: &'static str,
     /// Where the figures come from, for people.
     pub source: &'static str,
-    /// How long a context keeps the engine while another waits.
-    pub timeslice_ns: u64,
-    /// Dead time of a switch away from a context cut in the middle of its kernels.
-    pub switch_ns: u64,
-    /// Dead time of a switch away from a context that had run out of work.
-    pub idle_switch_ns: u64,
+    /// How the model time-slices contexts: its slice and the dead time of its switches
+    /// (the figures `controld` assumes too, declared in the region crate).
+    pub slicing: Slicing,
     /// Engine time every kernel takes beyond its own work: the GPU's launch and completion
     /// of its blocks, between two kernels of a stream.
     pub kernel_overhead_ns: u64,
@@ -150,14 +149,7 @@ pub const PROFILES: &[Profile] = &[
     Profile {
         name: "h200",
         source: "measured on an NVIDIA H200, driver 580.159.04 (the idle switch is an estimate)",
-        // `gpuload slice` read this process's slice as 2.088 ms at the median beside 1, 2
-        // and 3 others, and the others' time between two of its slices as 2.402, 4.65 and
-        // 6.89 ms: n slices and n + 1 switches. These two figures give the same readings
-        // on simgpu (its slice reads 12 µs longer, the granularity of the probe's kernels).
-        timeslice_ns: 2_076_000,
-        switch_ns: 163_000,
-        // Estimate: nothing of the outgoing context to save.
-        idle_switch_ns: 20_000,
+        slicing: slicing::H200,
         // Events after back-to-back 50 µs spin kernels were 54 µs apart; `gpuload train`
         // ran 41 220 kernels of 20 µs a second (24.3 µs each) and 4 914 of 0.2 ms.
         kernel_overhead_ns: 4_000,
@@ -169,9 +161,7 @@ pub const PROFILES: &[Profile] = &[
         name: "a100",
         source: "estimated: the H200's driver costs and time slice, a switch scaled to the A100's \
                  smaller register files and shared memory, a published context size",
-        timeslice_ns: 2_076_000,
-        switch_ns: 115_000,
-        idle_switch_ns: 20_000,
+        slicing: slicing::A100,
         kernel_overhead_ns: 4_000,
         context_memory: 430 << 20,
         host: H200_HOST,
@@ -180,9 +170,7 @@ pub const PROFILES: &[Profile] = &[
         name: "t4",
         source: "estimated: the H200's driver costs and time slice, a switch scaled to the T4's \
                  40 SMs, a published context size",
-        timeslice_ns: 2_076_000,
-        switch_ns: 60_000,
-        idle_switch_ns: 15_000,
+        slicing: slicing::T4,
         kernel_overhead_ns: 4_000,
         context_memory: 300 << 20,
         host: H200_HOST,
@@ -191,9 +179,11 @@ pub const PROFILES: &[Profile] = &[
         name: "free",
         source: "no hardware: 1 ms slices, switches and driver calls that cost nothing (the \
                  model before it was measured against a GPU)",
-        timeslice_ns: 1_000_000,
-        switch_ns: 0,
-        idle_switch_ns: 0,
+        slicing: Slicing {
+            timeslice_ns: 1_000_000,
+            switch_ns: 0,
+            idle_switch_ns: 0,
+        },
         kernel_overhead_ns: 0,
         context_memory: 300 << 20,
         host: HostCosts::NONE,
@@ -237,7 +227,7 @@ mod tests {
         assert_eq!(for_model("NVIDIA A100-SXM4-80GB").1.name, "a100");
         assert_eq!(for_model("Tesla T4").1.name, "t4");
         assert_eq!(for_model("Small").1.name, "h200");
-        assert_eq!(by_name(" FREE ").unwrap().1.switch_ns, 0);
+        assert_eq!(by_name(" FREE ").unwrap().1.slicing.switch_ns, 0);
         assert!(by_name("v100").is_none());
     }
 

@@ -1,7 +1,7 @@
 //! One GPU's scheduler, and the tick thread that runs every GPU's in turn.
 
 use super::rates::{self, Claim, Decision};
-use super::settle::{self, Settled, ShareWindow};
+use super::settle::{self, Replay, Settled, ShareWindow};
 use super::{Member, Shared, Tampering, TICK};
 use crate::policy::{ComputePolicy, Priority};
 use std::sync::atomic::Ordering;
@@ -11,6 +11,7 @@ use tessera_region::layout::{
     ComputeAccount, COMPUTE_DAEMON, COMPUTE_LOCAL, COMPUTE_UNLIMITED, DEFAULT_WINDOW_NS,
     PRIORITY_OFFLINE, PRIORITY_ONLINE,
 };
+use tessera_region::slicing::Slicing;
 use tessera_region::{monotonic_ns, Board, BusySpan, Region, MAX_DEVICES};
 
 /// Busy time is settled once it is this old: by then every harvest that could add a span
@@ -66,7 +67,13 @@ pub(super) fn run(shared: &Shared) {
         if generation != Some(shared.roster.generation()) {
             let (g, members) = shared.roster.snapshot();
             generation = Some(g);
-            gpus = rebuild(std::mem::take(&mut gpus), &members);
+            gpus = rebuild(std::mem::take(&mut gpus), &members, &|gpu| {
+                shared
+                    .slicing
+                    .get(gpu)
+                    .copied()
+                    .unwrap_or(tessera_region::slicing::H200)
+            });
         }
         let now = monotonic_ns();
         for g in &mut gpus {
@@ -92,7 +99,11 @@ pub(super) fn run(shared: &Shared) {
 
 /// The schedulers of the GPUs that have members, keeping what each knew of a member that is
 /// still there.
-fn rebuild(mut old: Vec<GpuScheduler>, members: &[Arc<Member>]) -> Vec<GpuScheduler> {
+fn rebuild(
+    mut old: Vec<GpuScheduler>,
+    members: &[Arc<Member>],
+    slicing: &dyn Fn(usize) -> Slicing,
+) -> Vec<GpuScheduler> {
     let mut gpus = Vec::new();
     for gpu in 0..MAX_DEVICES {
         let on: Vec<&Arc<Member>> = members
@@ -117,15 +128,21 @@ fn rebuild(mut old: Vec<GpuScheduler>, members: &[Arc<Member>]) -> Vec<GpuSchedu
             )
             .collect();
         assign_board_bits(&mut entries);
-        let last_tick_ns = old
-            .iter()
-            .find(|g| g.gpu == gpu)
-            .map_or(0, |g| g.last_tick_ns);
+        let (last_tick_ns, mut replay) = match old.iter_mut().find(|g| g.gpu == gpu) {
+            Some(g) => (
+                g.last_tick_ns,
+                std::mem::replace(&mut g.replay, Replay::new(slicing(gpu))),
+            ),
+            None => (0, Replay::new(slicing(gpu))),
+        };
+        // The containers are numbered afresh: who held the replayed engine is forgotten.
+        replay.renumbered();
         gpus.push(GpuScheduler {
             gpu,
             entries,
             last_tick_ns,
             settled: Settled::default(),
+            replay,
         });
     }
     gpus
@@ -138,6 +155,8 @@ pub(super) struct GpuScheduler {
     last_tick_ns: u64,
     /// Scratch for settling, kept to avoid allocating every tick.
     settled: Settled,
+    /// The GPU's time-slicing, replayed over the containers' spans.
+    replay: Replay,
 }
 
 /// One container on the GPU.
@@ -553,7 +572,11 @@ impl GpuScheduler {
     fn settle(&mut self, now: u64) -> Vec<u64> {
         let gpu = self.gpu;
         let horizon = now.saturating_sub(SETTLE_AGE_NS);
-        let mut ripe: Vec<Vec<BusySpan>> = Vec::with_capacity(self.entries.len());
+        // Time before this is settled already: the part of a span there (one harvested
+        // late) stays charged as it was, never refunded.
+        let before = self.replay.settled_to().unwrap_or(0);
+        let mut spans: Vec<Vec<BusySpan>> = Vec::with_capacity(self.entries.len());
+        let mut pieces: Vec<Vec<(u64, u64)>> = Vec::with_capacity(self.entries.len());
         for e in &mut self.entries {
             let new = e.member.region.compute(gpu).take_spans(now);
             // The window ends with the millisecond the horizon is in: its part before the
@@ -561,7 +584,8 @@ impl GpuScheduler {
             e.window.advance(horizon / settle::BIN_NS);
             if std::mem::take(&mut e.fresh) {
                 // Spans from before this scheduler knew the container: dropped.
-                ripe.push(Vec::new());
+                spans.push(Vec::new());
+                pieces.push(Vec::new());
                 continue;
             }
             // Untrusted: a span that starts in the future is dropped, and what waits is
@@ -574,28 +598,30 @@ impl GpuScheduler {
                 let excess = e.pending.len() - MAX_PENDING_SPANS;
                 e.pending.drain(..excess);
             }
-            let mut taken = Vec::new();
-            e.pending.retain_mut(|s| {
-                if s.start_ns >= horizon {
-                    return true;
-                }
-                let end = s.end_ns.min(horizon);
-                taken.push(BusySpan {
-                    start_ns: s.start_ns,
-                    end_ns: end,
-                });
-                s.start_ns = end;
-                s.end_ns > end
-            });
-            ripe.push(taken);
+            pieces.push(settle::pieces(&e.pending));
+            spans.push(e.pending.clone());
         }
-        settle::settle(&ripe, &mut self.settled);
+        self.replay
+            .advance(&spans, &pieces, horizon, &mut self.settled);
+        let settled = self.replay.settled_to().unwrap_or(before);
         for &(i, ms, ns) in &self.settled.per_ms {
             if let Some(e) = self.entries.get_mut(i) {
                 e.window.add(ms, ns);
             }
         }
-        self.settled.refund.clone()
+        // What each container's processes paid for the time settled now, less what it held
+        // then: its refund. Spans over by then go.
+        let mut refunds = Vec::with_capacity(self.entries.len());
+        for (e, attributed) in self.entries.iter_mut().zip(&self.settled.attributed) {
+            let paid: u64 = e
+                .pending
+                .iter()
+                .map(|s| s.end_ns.min(settled).saturating_sub(s.start_ns.max(before)))
+                .sum();
+            refunds.push(paid.saturating_sub(*attributed));
+            e.pending.retain(|s| s.end_ns > settled);
+        }
+        refunds
     }
 
     /// Every container as working and online: the claims whose shares each keeps when the

@@ -24,6 +24,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 use tessera_region::futex::{self, Sharing};
+use tessera_region::slicing::Slicing;
 use tessera_region::{Region, MAX_DEVICES};
 
 /// Time between two ticks: the scheduler's accounting period.
@@ -193,6 +194,8 @@ struct Shared {
     /// The node's priority board: the tick gives online containers their bits and drops
     /// the bits of containers that are gone.
     board: Option<tessera_region::Board>,
+    /// How each GPU time-slices contexts, by index (the H200's past the end).
+    slicing: Vec<Slicing>,
     stop: AtomicBool,
 }
 
@@ -211,14 +214,17 @@ pub struct Scheduler {
 
 impl Scheduler {
     /// Starts the tick and preemption threads over `roster`, with the node's priority
-    /// `board` if there is one.
+    /// `board` if there is one and each GPU's time-slicing (by index; the H200's for a GPU
+    /// not listed).
     pub fn spawn(
         roster: Arc<Roster>,
         board: Option<tessera_region::Board>,
+        slicing: Vec<Slicing>,
     ) -> std::io::Result<Scheduler> {
         let shared = Arc::new(Shared {
             roster,
             board,
+            slicing,
             stop: AtomicBool::new(false),
         });
         let mut threads = Vec::new();

@@ -142,6 +142,17 @@ impl Watchdog {
         Some(memory)
     }
 
+    /// How each GPU time-slices contexts, by its model (NVML's name), by index; `None`
+    /// without NVML.
+    pub fn device_slicing(&self) -> Option<Vec<tessera_region::slicing::Slicing>> {
+        let gpus = self.nvml.as_ref()?.sample().ok()?;
+        let mut slicing = vec![tessera_region::slicing::H200; gpus.len()];
+        for g in gpus {
+            *slicing.get_mut(g.index as usize)? = tessera_region::slicing::for_model(&g.name);
+        }
+        Some(slicing)
+    }
+
     /// Whether NVML is loaded.
     pub fn has_nvml(&self) -> bool {
         self.nvml.is_some()

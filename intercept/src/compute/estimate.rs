@@ -70,7 +70,11 @@ impl Estimates {
             ns,
             since_sample: 0,
         });
-        e.ns = if ns <= e.ns { ns } else { e.ns + (ns - e.ns) / 4 };
+        e.ns = if ns <= e.ns {
+            ns
+        } else {
+            e.ns + (ns - e.ns) / 4
+        };
     }
 }
 

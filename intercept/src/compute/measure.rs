@@ -442,7 +442,11 @@ pub(crate) fn enter(
         *track = Track::new(ctx, device);
     }
     let now = monotonic_ns();
-    let (queued, idle, has_open) = (track.queued_ns, track.busy_until <= now, track.open.is_some());
+    let (queued, idle, has_open) = (
+        track.queued_ns,
+        track.busy_until <= now,
+        track.open.is_some(),
+    );
     let mine = book.mine[device];
     let held = mine.held_ns.max(queued + work.estimate_ns);
     let more = held - mine.held_ns;
@@ -708,7 +712,12 @@ pub(crate) fn harvest(region: &Region, how: Harvest, idle_check: bool) -> usize 
 
 /// The context's anchor, or a new one at `end` if `end` completed (its first completed END);
 /// `None` while `end` has not completed, or if its context is gone (`Err`).
-fn anchor_for(book: &mut Book, ctx: usize, end: Event, recorded: u64) -> Result<Option<Anchor>, ()> {
+fn anchor_for(
+    book: &mut Book,
+    ctx: usize,
+    end: Event,
+    recorded: u64,
+) -> Result<Option<Anchor>, ()> {
     if let Some(a) = book.clocks.get(&ctx).and_then(|c| c.anchor) {
         return Ok(Some(a));
     }
@@ -909,18 +918,18 @@ fn charge_segment(
         });
     let mut end = anchor.at(end);
     if last.late {
-        let latest = start
-            .saturating_add(estimate)
-            .saturating_add(LATE_SLACK_NS);
+        let latest = start.saturating_add(estimate).saturating_add(LATE_SLACK_NS);
         end = end.min(latest);
     }
     let start = start.min(end);
     let ns = end - start;
-    let kinds = marks.iter().fold(Kinds::None, |k, m| match (k, m.group.kinds) {
-        (Kinds::None, x) => x,
-        (Kinds::One(a), Kinds::One(b)) if a == b => Kinds::One(a),
-        _ => Kinds::Many,
-    });
+    let kinds = marks
+        .iter()
+        .fold(Kinds::None, |k, m| match (k, m.group.kinds) {
+            (Kinds::None, x) => x,
+            (Kinds::One(a), Kinds::One(b)) if a == b => Kinds::One(a),
+            _ => Kinds::Many,
+        });
     if let (Kinds::One(work), Some(n)) = (kinds, std::num::NonZeroU64::new(launches.into())) {
         book.estimates.learn(work, ns / n);
     }

@@ -15,11 +15,7 @@ const SUCCESS: u32 = 0;
 /// container and this process measures anything: one load or two otherwise) before and
 /// harvesting `how` after.
 #[inline]
-fn around(
-    scope: impl FnOnce() -> Option<Scope>,
-    how: Harvest,
-    wait: impl FnOnce() -> u32,
-) -> u32 {
+fn around(scope: impl FnOnce() -> Option<Scope>, how: Harvest, wait: impl FnOnce() -> u32) -> u32 {
     let region = match container::get() {
         Some(c) if measure::anything_in_flight() => c.region(),
         _ => return wait(),

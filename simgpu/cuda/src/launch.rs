@@ -125,7 +125,9 @@ impl KernelLaunch {
     /// How long the kernel holds the engine: its own work, and the GPU's overhead of a
     /// kernel (the profile's).
     pub(crate) fn duration_ns(&self, config: &NodeConfig) -> u64 {
-        config.kernel_overhead_ns.saturating_add(self.work_ns(config))
+        config
+            .kernel_overhead_ns
+            .saturating_add(self.work_ns(config))
     }
 
     fn work_ns(&self, config: &NodeConfig) -> u64 {
