@@ -116,7 +116,8 @@ struct tessera_compute_account {
     uint32_t board_bit;        /* atomic (d): the container's bit on the board + 1; 0 none */
     uint64_t preemptions;      /* atomic (d): times blocked for online work */
     uint64_t window_ns;        /* atomic (d): GPU ns in flight allowed; 0 = default */
-    uint8_t reserved1[16];     /* zero */
+    uint64_t share_measured_until_ns; /* atomic (d): end of the second share_measured_ppm covers */
+    uint8_t reserved1[8];      /* zero */
     uint32_t gate;             /* atomic futex word (refiller): bumped on refill or unblock */
     uint32_t active;           /* atomic futex word (l): 1 while launches in flight or waiting */
     uint32_t waiting;          /* atomic (l): launches sleeping in the gate */

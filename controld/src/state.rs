@@ -1025,6 +1025,7 @@ fn spec_from_region(name: ContainerName, region: &Region) -> ContainerSpec {
 struct ComputeFigures {
     target: Option<f64>,
     measured: Option<f64>,
+    measured_until_ns: Option<u64>,
     throttled_ns: u64,
     preemptions: u64,
 }
@@ -1042,6 +1043,7 @@ fn compute_figures(region: &Region, dev: usize) -> ComputeFigures {
     ComputeFigures {
         target: Some(share(a.share_target_ppm.load(Relaxed))),
         measured: (metered || measured > 0).then(|| share(measured)),
+        measured_until_ns: Some(a.share_measured_until_ns.load(Relaxed)).filter(|&t| t > 0),
         throttled_ns: a.throttled_ns.load(Relaxed),
         preemptions: a.preemptions.load(Relaxed),
     }
@@ -1095,6 +1097,7 @@ fn container_status(name: &str, m: &Managed, path: &Path) -> ContainerStatus {
                 real_memory_used: None,
                 share_target: compute.target,
                 share_measured: compute.measured,
+                share_measured_until_ns: compute.measured_until_ns,
                 throttled_ns: compute.throttled_ns,
                 preemptions: compute.preemptions,
             }

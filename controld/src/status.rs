@@ -78,8 +78,11 @@ pub struct ContainerDevice {
     pub real_memory_used: Option<u64>,
     /// The share of GPU time it should get, 0–1.
     pub share_target: Option<f64>,
-    /// The share of GPU time it got over the last period, 0–1.
+    /// The share of GPU time it got over the last second, 0–1.
     pub share_measured: Option<f64>,
+    /// When that second ended, on the node clock (ns of `CLOCK_MONOTONIC`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub share_measured_until_ns: Option<u64>,
     /// Time its launches waited for tokens, in nanoseconds.
     pub throttled_ns: u64,
     /// How often online work preempted it.

@@ -46,6 +46,7 @@ fn status_of(region: &Region) -> NodeStatus {
                 real_memory_used: None,
                 share_target: None,
                 share_measured: None,
+                share_measured_until_ns: None,
                 throttled_ns: 0,
                 preemptions: 0,
             }],

@@ -171,8 +171,11 @@ pub struct ComputeAccount {
     /// estimate, else only while the estimates in flight and its own fit. Written by
     /// `controld` (set at creation).
     pub window_ns: AtomicU64,
+    /// The end, on the node clock, of the second that [`ComputeAccount::share_measured_ppm`]
+    /// covers. Written by `controld`, for status.
+    pub share_measured_until_ns: AtomicU64,
     /// Zero; ends the first cache line.
-    pub reserved1: [u8; 16],
+    pub reserved1: [u8; 8],
     /// Futex word the throttled launches sleep on; bumped (then woken) by whoever refills
     /// the bucket or lifts a block: `controld`, or the processes in [`COMPUTE_LOCAL`] mode.
     pub gate: AtomicU32,
@@ -338,7 +341,8 @@ const _: () = assert!(offset_of!(ComputeAccount, blocked_at_ns) == 136);
 const _: () = assert!(offset_of!(ComputeAccount, board_bit) == 28);
 const _: () = assert!(offset_of!(ComputeAccount, board_set_ns) == 144);
 const _: () = assert!(offset_of!(ComputeAccount, window_ns) == 40);
-const _: () = assert!(offset_of!(ComputeAccount, reserved1) == 48);
+const _: () = assert!(offset_of!(ComputeAccount, share_measured_until_ns) == 48);
+const _: () = assert!(offset_of!(ComputeAccount, reserved1) == 56);
 const _: () = assert!(offset_of!(ComputeAccount, inflight_ns) == 152);
 const _: () = assert!(offset_of!(ComputeAccount, span_cursor) == 160);
 const _: () = assert!(offset_of!(ComputeAccount, reserved2) == 164);
@@ -421,6 +425,11 @@ pub fn describe() -> Vec<FieldLayout> {
         field!("tessera_compute_account", ComputeAccount, board_bit),
         field!("tessera_compute_account", ComputeAccount, preemptions),
         field!("tessera_compute_account", ComputeAccount, window_ns),
+        field!(
+            "tessera_compute_account",
+            ComputeAccount,
+            share_measured_until_ns
+        ),
         field!("tessera_compute_account", ComputeAccount, reserved1),
         field!("tessera_compute_account", ComputeAccount, gate),
         field!("tessera_compute_account", ComputeAccount, active),

@@ -300,6 +300,8 @@ struct TrainRun {
     /// With Tessera: each container's target and measured share as `controld status`
     /// showed them at the end of the phase (`None` where it showed none).
     daemon_view: Vec<(Option<f64>, Option<f64>)>,
+    /// When the second that the measured shares cover ended (node clock), by status.
+    daemon_until_ns: Option<u64>,
 }
 
 impl TrainRun {
@@ -401,21 +403,29 @@ fn train_together(
     let from_ns = simgpu::clock::now_ns();
     std::thread::sleep(phase);
     let to_ns = simgpu::clock::now_ns();
-    let daemon_view = if tessera {
+    let (daemon_view, daemon_until_ns) = if tessera {
         let status = bed.status()?;
-        specs
+        let devices: Vec<serde_json::Value> = specs
             .iter()
             .map(|s| {
-                let dev = status["containers"]
+                status["containers"]
                     .as_array()
                     .and_then(|cs| cs.iter().find(|c| c["name"] == s.name))
                     .map(|c| c["devices"][0].clone())
-                    .unwrap_or_default();
-                (dev["share_target"].as_f64(), dev["share_measured"].as_f64())
+                    .unwrap_or_default()
             })
-            .collect()
+            .collect();
+        let view = devices
+            .iter()
+            .map(|dev| (dev["share_target"].as_f64(), dev["share_measured"].as_f64()))
+            .collect();
+        let until = devices
+            .iter()
+            .filter_map(|dev| dev["share_measured_until_ns"].as_u64())
+            .min();
+        (view, until)
     } else {
-        Vec::new()
+        (Vec::new(), None)
     };
     // One more period, so a sample lies at or after the end.
     std::thread::sleep(period * 2);
@@ -434,5 +444,6 @@ fn train_together(
         from_ns,
         to_ns,
         daemon_view,
+        daemon_until_ns,
     })
 }

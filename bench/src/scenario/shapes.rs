@@ -6,7 +6,7 @@
 //! measure of each container is checked against that ground truth.
 
 use super::error::ScenarioError;
-use super::shares::{baseline_run, shares_chart, shown, within, SECOND, TENTH};
+use super::shares::{baseline_run, shares_chart, shown, within, SAMPLE, SECOND};
 use super::{pct, train_together, Bins, Options, Outcome, Spec, TrainRun, Workload};
 
 /// The shapes under `fixed:30`: mode, its count, kernel length in ms, and a label.
@@ -21,10 +21,12 @@ const SHAPES: &[(&str, usize, f64, &str)] = &[
 ];
 
 /// How far `controld`'s measured share of each container lies from the ground truth over
-/// the second its figure covers (settled bins end 100 ms before the reading), in points;
-/// `None` without the daemon's view.
+/// the second its figure covers (status says when it ended; else settled bins end about
+/// 100 ms before the reading), in points; `None` without the daemon's view.
 fn daemon_error(run: &TrainRun) -> Option<f64> {
-    let end = run.to_ns.saturating_sub(100_000_000);
+    let end = run
+        .daemon_until_ns
+        .unwrap_or_else(|| run.to_ns.saturating_sub(100_000_000));
     let start = end.saturating_sub(1_000_000_000);
     let t = &run.trace;
     run.daemon_view
@@ -77,7 +79,7 @@ fn fixed_shape(
     let workload = Workload::deep(mode, count, kernel_ms);
     let key = format!("{label}{mode}_{count}_{kernel_ms}ms");
     o.say(&format!("fixed:30, {what}, with Tessera"));
-    let run = train_together(bins, &specs, true, &workload, SECOND, phase, TENTH)?;
+    let run = train_together(bins, &specs, true, &workload, SECOND, phase, SAMPLE)?;
     let windows = run.windows(0, SECOND);
     let lo = windows.iter().copied().fold(f64::INFINITY, f64::min);
     let hi = windows.iter().copied().fold(f64::NEG_INFINITY, f64::max);
@@ -159,7 +161,7 @@ fn deep_set(
     o.say(&format!(
         "{name}, every container queueing 1000 kernels a round, with Tessera"
     ));
-    let run = train_together(bins, &specs, true, &workload, SECOND, phase, TENTH)?;
+    let run = train_together(bins, &specs, true, &workload, SECOND, phase, SAMPLE)?;
     let base = baseline_run(bins, &specs, &workload, phase.min(3 * SECOND), o)?;
     if label.is_empty() {
         out.charts.push(shares_chart(

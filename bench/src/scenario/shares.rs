@@ -11,6 +11,10 @@ use std::time::Duration;
 
 pub(super) const SECOND: Duration = Duration::from_secs(1);
 pub(super) const TENTH: Duration = Duration::from_millis(100);
+/// How often a run samples the node's ground truth: windows and the daemon's view are
+/// compared between the samples nearest their ends, and containers taking turns of tens of
+/// milliseconds make a share lumpy at a coarser grain.
+pub(super) const SAMPLE: Duration = Duration::from_millis(10);
 
 /// The baseline: the same containers' workloads with no Tessera, on the node's plain
 /// time-slicing.
@@ -25,7 +29,7 @@ pub(super) fn baseline_run(
         return Ok(None);
     }
     o.say("baseline: the same workloads without Tessera");
-    train_together(bins, specs, false, workload, SECOND / 2, phase, TENTH).map(Some)
+    train_together(bins, specs, false, workload, SECOND / 2, phase, SAMPLE).map(Some)
 }
 
 pub(super) fn shown(baseline: &Option<TrainRun>, i: usize) -> String {
@@ -148,7 +152,7 @@ pub(super) fn fixed_alone(bins: &Bins, o: &Options) -> Result<Outcome, ScenarioE
         &Workload::train(1.0),
         SECOND,
         phase,
-        TENTH,
+        SAMPLE,
     )?;
     out.notes.extend(run.daemon_note(&specs));
     let windows = run.windows(0, SECOND);
@@ -201,7 +205,7 @@ pub(super) fn mixed(bins: &Bins, o: &Options) -> Result<Outcome, ScenarioError> 
         &Workload::train(1.0),
         SECOND,
         phase,
-        TENTH,
+        SAMPLE,
     )?;
     out.notes.extend(run.daemon_note(&specs));
     let base = baseline_run(
@@ -256,7 +260,7 @@ pub(super) fn best_effort(bins: &Bins, o: &Options) -> Result<Outcome, ScenarioE
         &Workload::train(1.0),
         SECOND,
         phase,
-        TENTH,
+        SAMPLE,
     )?;
     out.notes.extend(run.daemon_note(&specs));
     let base = baseline_run(bins, &specs, &Workload::train(1.0), phase, o)?;
@@ -295,7 +299,7 @@ pub(super) fn long_kernels(bins: &Bins, o: &Options) -> Result<Outcome, Scenario
         &Workload::train(50.0),
         SECOND,
         phase,
-        TENTH,
+        SAMPLE,
     )?;
     out.notes.extend(run.daemon_note(&specs));
     let share = run.share(0);

@@ -317,6 +317,7 @@ mod tests {
                     real_memory_used: None,
                     share_target: Some(0.5),
                     share_measured: Some(0.25),
+                    share_measured_until_ns: None,
                     throttled_ns: 1_500_000_000,
                     preemptions: 7,
                 }],

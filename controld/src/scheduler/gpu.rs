@@ -2,6 +2,7 @@
 
 use super::rates::{self, Claim, Decision};
 use super::settle::{self, Replay, Settled, ShareWindow};
+use super::turns::{self, Contender, Turns};
 use super::{Member, Shared, Tampering, TICK};
 use crate::policy::{ComputePolicy, Priority};
 use std::sync::atomic::Ordering;
@@ -135,7 +136,8 @@ fn rebuild(
             ),
             None => (0, Replay::new(slicing(gpu))),
         };
-        // The containers are numbered afresh: who held the replayed engine is forgotten.
+        // The containers are numbered afresh: who held the replayed engine is forgotten,
+        // and so is whose turn it is.
         replay.renumbered();
         gpus.push(GpuScheduler {
             gpu,
@@ -143,6 +145,7 @@ fn rebuild(
             last_tick_ns,
             settled: Settled::default(),
             replay,
+            turns: Turns::default(),
         });
     }
     gpus
@@ -157,6 +160,8 @@ pub(super) struct GpuScheduler {
     settled: Settled,
     /// The GPU's time-slicing, replayed over the containers' spans.
     replay: Replay,
+    /// Who of the containers that keep the GPU busy holds it.
+    turns: Turns,
 }
 
 /// One container on the GPU.
@@ -186,6 +191,11 @@ struct Entry {
     /// Charges seen since (the bucket's fall between refills), not yet refunded: refunds
     /// computed from the spans the container writes never give back more than it paid.
     refundable_ns: u64,
+    /// Ticks in a row at which it had work and was not blocked (it takes turns from
+    /// [`turns::SATURATED_TICKS`] on).
+    busy_ticks: u32,
+    /// Its refills kept while it waits for its turn, in ns.
+    banked_ns: i64,
 }
 
 impl Entry {
@@ -243,6 +253,8 @@ impl Entry {
             idle_ticks: 0,
             left_ns: None,
             refundable_ns: 0,
+            busy_ticks: 0,
+            banked_ns: 0,
         }
     }
 
@@ -504,14 +516,40 @@ impl GpuScheduler {
         // container here has work (its processes take over with it, see
         // `Region::take_over_if_daemon_silent`).
         let fallback = rates::decide(&self.everyone_working());
-        for ((((e, d), refund), claim), keep) in self
+        // Containers that keep the GPU busy take turns.
+        let contenders: Vec<Contender> = self
+            .entries
+            .iter_mut()
+            .zip(claims.iter().zip(&decisions))
+            .map(|(e, (claim, d))| {
+                e.busy_ticks = if claim.demanding && !d.blocked {
+                    e.busy_ticks.saturating_add(1)
+                } else {
+                    0
+                };
+                // Relaxed: a momentary figure for choosing a turn's holder.
+                let bucket = e.account(gpu).bucket_ns.load(Ordering::Relaxed);
+                Contender {
+                    saturated: e.busy_ticks >= turns::SATURATED_TICKS,
+                    credit_ns: bucket.saturating_add(e.banked_ns),
+                }
+            })
+            .collect();
+        let holder = self.turns.plan(now, tick_ns, &contenders);
+        for (i, ((((e, d), refund), claim), keep)) in self
             .entries
             .iter_mut()
             .zip(&decisions)
             .zip(refunds)
             .zip(&claims)
             .zip(&fallback)
+            .enumerate()
         {
+            let role = match holder {
+                Some(h) if h == i => Role::Holds,
+                Some(_) if contenders[i].saturated => Role::Waits,
+                _ => Role::Free,
+            };
             let member = e.member.clone();
             let a = member.region.compute(gpu);
             e.idle_ticks = if claim.demanding {
@@ -537,10 +575,14 @@ impl GpuScheduler {
             a.set_board_bit(board.and(e.board_bit));
             store_if_changed(&a.share_target_ppm, d.rate_ppm);
             store_if_changed(&a.share_measured_ppm, e.window.share_ppm());
+            // Relaxed: a figure for status, written with the share it dates.
+            a.share_measured_until_ns
+                .store(e.window.until_ns(), Ordering::Relaxed);
             // Relaxed: see `hold_to_record`; read before the refill's credit, so a charge
             // landing between the two is counted in the next tick's fall.
             let measured = a.measured_ns.load(Ordering::Relaxed);
-            e.left_ns = Some((refill(a, d, step, refund, now), measured));
+            let left = refill(a, d, step, refund, now, role, &mut e.banked_ns);
+            e.left_ns = Some((left, measured));
         }
         if let Some(board) = board {
             self.keep_board(board);
@@ -656,17 +698,57 @@ impl GpuScheduler {
     }
 }
 
-/// Refills a bucket for `step_ns` at the decided rate and gives back the refund; wakes the
-/// gate when the bucket turns positive. Only the refill is capped ([`BUCKET_TICKS`] ticks of
-/// the rate while nothing is in flight, [`IN_FLIGHT_CREDIT_NS`] at the rate while launches
-/// are): the refund returns time the container was charged for others' time slices, and
-/// always reaches the bucket whatever it holds, or overlapping containers would get less
-/// than their shares.
-/// Returns the bucket it left.
-fn refill(a: &ComputeAccount, d: &Decision, step_ns: u64, refund_ns: u64, now: u64) -> i64 {
+/// A container's part in the GPU's turns ([`turns`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    /// No turns for it: its refill goes into its bucket, with what was banked for it.
+    Free,
+    /// It holds the turn: its refill and what was banked go into its bucket.
+    Holds,
+    /// It waits for its turn: its refill is banked, and so is what its bucket holds.
+    Waits,
+}
+
+/// Refills a bucket for `step_ns` at the decided rate and gives back the refund, as its
+/// `role` in the turns says (`banked`: what is kept for it, in and out); wakes the gate
+/// when the bucket turns positive. Only the refill is capped ([`BUCKET_TICKS`] ticks of the
+/// rate while nothing is in flight, [`IN_FLIGHT_CREDIT_NS`] at the rate while launches are,
+/// as much as is banked for a turn's holder): the refund returns time the container was
+/// charged for others' time slices, and always reaches the bucket (or the bank) whatever
+/// it holds, or overlapping containers would get less than their shares. Returns the
+/// bucket it left.
+fn refill(
+    a: &ComputeAccount,
+    d: &Decision,
+    step_ns: u64,
+    refund_ns: u64,
+    now: u64,
+    role: Role,
+    banked: &mut i64,
+) -> i64 {
     let ppm = u64::from(d.rate_ppm.min(rates::WHOLE_PPM));
     let whole = u64::from(rates::WHOLE_PPM);
     let add = step_ns * ppm / whole;
+    if role == Role::Waits {
+        // Relaxed (success and failure): see `ComputeAccount::credit`; what the bucket
+        // held is moved to the bank, so that the container launches nothing until its turn
+        // (a charge racing with this leaves a debt, paid from the bank later).
+        let held = a
+            .bucket_ns
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| {
+                (b > 0).then_some(0)
+            })
+            .map_or(0, |b| b.max(0));
+        let cap = i64::try_from(IN_FLIGHT_CREDIT_NS * ppm / whole).unwrap_or(i64::MAX);
+        *banked = banked
+            .saturating_add(held)
+            .saturating_add(i64::try_from(add + refund_ns).unwrap_or(i64::MAX))
+            .min(cap.max(held));
+        // Relaxed: see below.
+        a.last_refill_ns.store(now, Ordering::Relaxed);
+        return a.bucket_ns.load(Ordering::Relaxed).min(0);
+    }
+    let add = add.saturating_add(u64::try_from(std::mem::take(banked)).unwrap_or(0));
     // Relaxed: a momentary count (untrusted; any non-zero value counts); either answer
     // only picks the cap. A blocked container keeps what it earns while it waits, up to
     // the catch-up cap, to spend once online work stops.
@@ -678,6 +760,11 @@ fn refill(a: &ComputeAccount, d: &Decision, step_ns: u64, refund_ns: u64, now: u
         IN_FLIGHT_CREDIT_NS
     };
     let cap = span * ppm / whole;
+    let cap = if role == Role::Holds {
+        cap.max(add)
+    } else {
+        cap
+    };
     let (old, mut new) = a.credit(
         i64::try_from(add).unwrap_or(i64::MAX),
         i64::try_from(cap).unwrap_or(i64::MAX),
@@ -718,10 +805,10 @@ mod tests {
         let a = account();
         let tick = TICK.as_nanos() as u64;
         // 30 % for ten ticks: capped at two ticks of the rate.
-        refill(&a, &at(300_000), 10 * tick, 0, 1);
+        refill(&a, &at(300_000), 10 * tick, 0, 1, Role::Free, &mut 0);
         assert_eq!(a.bucket_ns.load(Ordering::Relaxed), 3_000_000);
         // A refund on top of a full bucket is kept whole.
-        refill(&a, &at(300_000), tick, 20_000_000, 2);
+        refill(&a, &at(300_000), tick, 20_000_000, 2, Role::Free, &mut 0);
         assert_eq!(a.bucket_ns.load(Ordering::Relaxed), 23_000_000);
     }
 
@@ -731,13 +818,13 @@ mod tests {
         let tick = TICK.as_nanos() as u64;
         a.inflight.store(1, Ordering::Relaxed);
         for _ in 0..10 {
-            refill(&a, &at(300_000), tick, 0, 1);
+            refill(&a, &at(300_000), tick, 0, 1, Role::Free, &mut 0);
         }
         // 50 ms at 30 %: all of it, to pay for the kernel when it completes.
         assert_eq!(a.bucket_ns.load(Ordering::Relaxed), 15_000_000);
         // Still bounded.
         for _ in 0..1000 {
-            refill(&a, &at(300_000), tick, 0, 1);
+            refill(&a, &at(300_000), tick, 0, 1, Role::Free, &mut 0);
         }
         assert_eq!(a.bucket_ns.load(Ordering::Relaxed), 75_000_000);
     }

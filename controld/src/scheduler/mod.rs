@@ -17,6 +17,7 @@ mod gpu;
 mod preempt;
 pub mod rates;
 pub mod settle;
+pub mod turns;
 
 use crate::policy::{ComputePolicy, Priority};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};

@@ -327,6 +327,11 @@ impl ShareWindow {
         *slot = new;
     }
 
+    /// The end of the window on the node clock (0 before the first advance).
+    pub fn until_ns(&self) -> u64 {
+        self.newest.map_or(0, |ms| (ms + 1) * BIN_NS)
+    }
+
     /// The share of the window's time it was busy, in ppm (at most the whole).
     pub fn share_ppm(&self) -> u32 {
         let window_ns = WINDOW_MS as u64 * BIN_NS;

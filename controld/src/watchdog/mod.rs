@@ -407,6 +407,7 @@ mod tests {
                 real_memory_used: None,
                 share_target: None,
                 share_measured: None,
+                share_measured_until_ns: None,
                 throttled_ns: 0,
                 preemptions: 0,
             }],
