@@ -117,7 +117,8 @@ struct tessera_compute_account {
     uint64_t preemptions;      /* atomic (d): times blocked for online work */
     uint64_t window_ns;        /* atomic (d): GPU ns in flight allowed; 0 = default */
     uint64_t share_measured_until_ns; /* atomic (d): end of the second share_measured_ppm covers */
-    uint8_t reserved1[8];      /* zero */
+    uint32_t refill_ppm;       /* atomic (d): refill rate now, in ppm; 0 waiting or blocked */
+    uint8_t reserved1[4];      /* zero */
     uint32_t gate;             /* atomic futex word (refiller): bumped on refill or unblock */
     uint32_t active;           /* atomic futex word (l): 1 while launches in flight or waiting */
     uint32_t waiting;          /* atomic (l): launches sleeping in the gate */

@@ -175,3 +175,44 @@ fn a_container_sees_only_its_gpus_and_its_own_processes() {
     );
     holder.kill();
 }
+
+/// A container given only GPU 1 of a two-GPU node sees it as its device 0, and is gated,
+/// measured and charged on GPU 1's account: the node index, not the ordinal it sees.
+#[test]
+fn a_container_given_gpu_1_is_gated_on_gpu_1() {
+    let _serial = tessera_tests::timing_lock();
+    let mut node = two_gpu_node("gated-on-gpu-1");
+    let config = node.write_config(
+        "[[container]]\nname = \"alpha\"\ngpus = [1]\ncompute = \"fixed:30\"\nmemory = \"4GiB\"\n",
+    );
+    node.start(Some(&config));
+    let mut cmd = node.in_container("alpha", &tessera_tests::artifacts().gpuload);
+    cmd.args(["train", "--kernel-ms", "1", "--seconds", "3"]);
+    let out = tessera_tests::run_with_timeout(&mut cmd, Duration::from_secs(60));
+    assert!(
+        out.status.success(),
+        "gpuload train in alpha: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).expect("gpuload's report");
+    assert_eq!(report["device"], 0, "alpha sees its one GPU as device 0");
+    // It ran on GPU 1 (simgpu's count), held to about its 30 %.
+    let fraction = report["gpu_fraction"].as_f64().unwrap();
+    assert!(
+        (0.15..=0.45).contains(&fraction),
+        "fixed:30 on GPU 1 got {:.1} % of the GPU",
+        fraction * 100.0
+    );
+    let region = tessera_region::Region::open(&node.region("alpha")).expect("alpha's region");
+    use std::sync::atomic::Ordering::Relaxed;
+    let (gpu0, gpu1) = (region.compute(0), region.compute(1));
+    assert!(
+        gpu1.launches.load(Relaxed) > 0 && gpu1.measured_ns.load(Relaxed) > 0,
+        "nothing gated or measured on GPU 1's account"
+    );
+    assert_eq!(
+        (gpu0.launches.load(Relaxed), gpu0.measured_ns.load(Relaxed)),
+        (0, 0),
+        "launches on GPU 1 were gated or charged on GPU 0's account"
+    );
+}

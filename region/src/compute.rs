@@ -14,7 +14,7 @@
 //! out (at most a millisecond in the library), so even a lost wake-up costs little.
 
 use crate::futex::Sharing;
-use crate::layout::{ComputeAccount, COMPUTE_LOCAL, COMPUTE_UNLIMITED, PPM_ALL};
+use crate::layout::{ComputeAccount, COMPUTE_DAEMON, COMPUTE_LOCAL, COMPUTE_UNLIMITED, PPM_ALL};
 use crate::spans::BusySpan;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
@@ -29,6 +29,9 @@ pub const LOCAL_BURST_NS: u64 = 5_000_000;
 /// this long means it died, or stalled badly enough that keeping the last share is better
 /// than waiting for it.
 pub const DAEMON_SILENT_NS: u64 = 100_000_000;
+/// How often `controld` refills the buckets: the most refill a library counts as accrued
+/// ahead of the next one ([`ComputeAccount::has_credit`]).
+pub const REFILL_PERIOD_NS: u64 = 5_000_000;
 /// The deepest debt a bucket is refilled from: a kernel longer than this is not charged in
 /// full (it is several seconds of GPU time, far past any refill period).
 pub const MAX_DEBT_NS: i64 = 5_000_000_000;
@@ -242,6 +245,30 @@ impl ComputeAccount {
             self.wake_gate();
         }
         true
+    }
+
+    /// Whether the container may launch at `now_ns` by its credit: its bucket, and, with a
+    /// daemon, what its refill rate (`refill_ppm`) has accrued since the daemon's last
+    /// refill, at most a refill period's worth (which the next refill brings anyway).
+    pub fn has_credit(&self, now_ns: u64) -> bool {
+        // SeqCst: part of the gate's sleep protocol (see the module's comment).
+        let bucket = self.bucket_ns.load(Ordering::SeqCst);
+        // Relaxed: a mode read afresh at every launch; in local mode the processes refill
+        // the bucket themselves, every millisecond.
+        if bucket > 0 || self.mode.load(Ordering::Relaxed) != COMPUTE_DAEMON {
+            return bucket > 0;
+        }
+        // Relaxed (both): a rate and a timestamp of the daemon's, read afresh each time; a
+        // stale pair admits a launch a moment early or late.
+        let ppm = u64::from(self.refill_ppm.load(Ordering::Relaxed).min(PPM_ALL));
+        if ppm == 0 {
+            return false;
+        }
+        let since = now_ns
+            .saturating_sub(self.last_refill_ns.load(Ordering::Relaxed))
+            .min(REFILL_PERIOD_NS);
+        let accrued = i64::try_from(since * ppm / u64::from(PPM_ALL)).unwrap_or(i64::MAX);
+        bucket.saturating_add(accrued) > 0
     }
 
     /// Whether this account's mode limits launches.

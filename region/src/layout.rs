@@ -174,8 +174,14 @@ pub struct ComputeAccount {
     /// The end, on the node clock, of the second that [`ComputeAccount::share_measured_ppm`]
     /// covers. Written by `controld`, for status.
     pub share_measured_until_ns: AtomicU64,
+    /// The rate `controld` refills the bucket at now, in ppm of the device's time; 0 while
+    /// the container waits for its turn or is blocked. The library counts what has accrued
+    /// since `last_refill_ns` as credit (up to a tick's worth), so that a container admits
+    /// its launches as its credit accrues, not in bursts at each tick. Written by
+    /// `controld`.
+    pub refill_ppm: AtomicU32,
     /// Zero; ends the first cache line.
-    pub reserved1: [u8; 8],
+    pub reserved1: [u8; 4],
     /// Futex word the throttled launches sleep on; bumped (then woken) by whoever refills
     /// the bucket or lifts a block: `controld`, or the processes in [`COMPUTE_LOCAL`] mode.
     pub gate: AtomicU32,
@@ -342,7 +348,8 @@ const _: () = assert!(offset_of!(ComputeAccount, board_bit) == 28);
 const _: () = assert!(offset_of!(ComputeAccount, board_set_ns) == 144);
 const _: () = assert!(offset_of!(ComputeAccount, window_ns) == 40);
 const _: () = assert!(offset_of!(ComputeAccount, share_measured_until_ns) == 48);
-const _: () = assert!(offset_of!(ComputeAccount, reserved1) == 56);
+const _: () = assert!(offset_of!(ComputeAccount, refill_ppm) == 56);
+const _: () = assert!(offset_of!(ComputeAccount, reserved1) == 60);
 const _: () = assert!(offset_of!(ComputeAccount, inflight_ns) == 152);
 const _: () = assert!(offset_of!(ComputeAccount, span_cursor) == 160);
 const _: () = assert!(offset_of!(ComputeAccount, reserved2) == 164);
@@ -430,6 +437,7 @@ pub fn describe() -> Vec<FieldLayout> {
             ComputeAccount,
             share_measured_until_ns
         ),
+        field!("tessera_compute_account", ComputeAccount, refill_ppm),
         field!("tessera_compute_account", ComputeAccount, reserved1),
         field!("tessera_compute_account", ComputeAccount, gate),
         field!("tessera_compute_account", ComputeAccount, active),

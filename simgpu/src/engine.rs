@@ -135,6 +135,17 @@ impl<'p> Engine<'p> {
         }
     }
 
+    /// Counts a kernel of `ns` that completed: the work this process got done (its busy time
+    /// counts concurrent kernels once; this counts each).
+    pub fn completed(&self, ns: u64) {
+        // Relaxed: a counter read by observers, ordering nothing else.
+        self.process
+            .node()
+            .process_state(self.process.slot())
+            .work_ns[self.device]
+            .fetch_add(ns, Relaxed);
+    }
+
     /// Says this process has no kernel ready on the device: the engine goes to a waiting
     /// process or becomes free.
     pub fn idle(&self) {

@@ -30,6 +30,10 @@ pub struct Sample {
     /// system's driver it is NVML's figure for every process on the GPU, refreshed every
     /// 100 ms, and empty where NVML cannot be loaded.
     pub memory: Vec<(u32, u64)>,
+    /// `(pid, ns)`: the work each process ever seen got done on device 0, its completed
+    /// kernels each counted whole (more than its busy time where its streams ran kernels at
+    /// once), by pid. On the system's driver, its progress (which counts that way).
+    pub work: Vec<(u32, u64)>,
 }
 
 /// Readings in time order.
@@ -48,6 +52,26 @@ impl Trace {
             .filter(|(p, _, _)| pids.contains(p))
             .map(|&(_, b, _)| b)
             .sum()
+    }
+
+    /// Work ns of `pids` together at sample `i` (see [`Sample::work`]).
+    pub fn work(&self, i: usize, pids: &[u32]) -> u64 {
+        self.samples[i]
+            .work
+            .iter()
+            .filter(|(p, _)| pids.contains(p))
+            .map(|&(_, w)| w)
+            .sum()
+    }
+
+    /// The work `pids` got done between samples `a` and `b`, per ns of wall time: 1.0 is
+    /// one kernel at a time all the time, 4.0 four at once.
+    pub fn work_rate(&self, pids: &[u32], a: usize, b: usize) -> f64 {
+        let (ta, tb) = (self.samples[a].t_ns, self.samples[b].t_ns);
+        if tb <= ta {
+            return 0.0;
+        }
+        self.work(b, pids).saturating_sub(self.work(a, pids)) as f64 / (tb - ta) as f64
     }
 
     /// Whether `pid` was alive at sample `i`.
@@ -117,9 +141,9 @@ pub struct Sampler {
     handle: Option<JoinHandle<Result<Trace, ScenarioError>>>,
 }
 
-/// One reading of a source: when (node clock), `(pid, busy ns, alive)` of each process it
-/// shows, and `(pid, bytes)` of device memory, by pid.
-type Reading = (u64, Vec<(u32, u64, bool)>, Vec<(u32, u64)>);
+/// One reading of a source: when (node clock), `(pid, busy ns, work ns, alive)` of each
+/// process it shows, and `(pid, bytes)` of device memory, by pid.
+type Reading = (u64, Vec<(u32, u64, u64, bool)>, Vec<(u32, u64)>);
 
 /// Where the readings come from.
 enum Source {
@@ -138,7 +162,12 @@ impl Source {
                 let mut memory = Vec::with_capacity(snap.processes.len());
                 for p in &snap.processes {
                     let d = p.devices.first();
-                    busy.push((p.pid, d.map_or(0, |d| d.busy_ns), true));
+                    busy.push((
+                        p.pid,
+                        d.map_or(0, |d| d.busy_ns),
+                        d.map_or(0, |d| d.work_ns),
+                        true,
+                    ));
                     memory.push((p.pid, d.map_or(0, |d| d.memory)));
                 }
                 memory.sort_unstable();
@@ -194,7 +223,11 @@ impl ProgressDir {
         let busy = self
             .files
             .iter()
-            .map(|(&pid, p)| (pid, p.busy_ns(), !p.finished() && process_alive(pid)))
+            .map(|(&pid, p)| {
+                let progress = p.busy_ns();
+                let alive = !p.finished() && process_alive(pid);
+                (pid, progress, progress, alive)
+            })
             .collect();
         if let Ok(nvml) = &self.nvml {
             if self
@@ -237,15 +270,18 @@ impl Sampler {
             .spawn(move || {
                 let mut trace = Trace::default();
                 let mut known: BTreeMap<u32, u64> = BTreeMap::new();
+                let mut worked: BTreeMap<u32, u64> = BTreeMap::new();
                 let period_ns = period.as_nanos() as u64;
                 let mut next = simgpu::clock::now_ns();
                 // Relaxed: the flag orders nothing; the join publishes the trace.
                 while !flag.load(Ordering::Relaxed) {
                     let (t_ns, busy, memory) = source.read();
                     let mut live = Vec::with_capacity(busy.len());
-                    for (pid, busy, alive) in busy {
+                    for (pid, busy, work, alive) in busy {
                         let entry = known.entry(pid).or_insert(0);
                         *entry = (*entry).max(busy);
+                        let entry = worked.entry(pid).or_insert(0);
+                        *entry = (*entry).max(work);
                         if alive {
                             live.push(pid);
                         }
@@ -257,6 +293,7 @@ impl Sampler {
                             .map(|(&pid, &busy)| (pid, busy, live.contains(&pid)))
                             .collect(),
                         memory,
+                        work: worked.iter().map(|(&pid, &w)| (pid, w)).collect(),
                     });
                     next += period_ns;
                     let now = simgpu::clock::now_ns();
@@ -335,6 +372,7 @@ mod tests {
                 .chain(b.map(|b| (8, b * ms / 2, true)))
                 .collect(),
             memory: Vec::new(),
+            work: Vec::new(),
         };
         Trace {
             samples: vec![

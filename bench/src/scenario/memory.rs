@@ -458,6 +458,7 @@ mod tests {
             t_ns: t,
             procs: Vec::new(),
             memory,
+            work: Vec::new(),
         };
         let trace = Trace {
             samples: vec![

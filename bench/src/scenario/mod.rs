@@ -311,6 +311,13 @@ impl TrainRun {
         t.share(&[self.pids[i]], t.at(self.from_ns), t.at(self.to_ns))
     }
 
+    /// The work container `i` got done over the whole measuring phase, per ns of wall time
+    /// (see [`measure::Trace::work_rate`]).
+    fn work_rate(&self, i: usize) -> f64 {
+        let t = &self.trace;
+        t.work_rate(&[self.pids[i]], t.at(self.from_ns), t.at(self.to_ns))
+    }
+
     /// What the daemon said, as a note: `name target/measured` per container.
     fn daemon_note(&self, specs: &[Spec]) -> Option<String> {
         if self.daemon_view.is_empty() {

@@ -220,7 +220,98 @@ pub(super) fn unlimited_throughput(bins: &Bins, o: &Options) -> Result<Outcome, 
             }
         }
     }
+    launch_cost(&mut out, bins, o)?;
     Ok(out)
+}
+
+/// The most a metered `cuLaunchKernel` may cost over a bare one, in ns.
+const METERED_LAUNCH_NS: f64 = 1_000.0;
+/// The most driver calls a metered launch may add, on average.
+const METERED_CALLS: f64 = 1.0;
+
+/// What a metered launch costs over a bare one: `gpuload probe`'s `cuLaunchKernel` (empty
+/// kernels, 100 a batch) alone under controld and bare, the median of three rounds each;
+/// and on simgpu, which records every driver call when asked (`SIMGPU_TRACE_CALLS`), the
+/// driver calls per launch that metering adds to `gpuload train` of 20 µs kernels.
+fn launch_cost(out: &mut Outcome, bins: &Bins, o: &Options) -> Result<(), ScenarioError> {
+    let specs = [Spec::online("solo", "best-effort")];
+    let probe = ["probe", "--calls", "100", "--batches", "20"];
+    let launch_ns = |report: &serde_json::Value| {
+        report["cuLaunchKernel"]["median_ns"]
+            .as_f64()
+            .ok_or_else(|| {
+                ScenarioError::Run(format!("gpuload probe reported no launch: {report}"))
+            })
+    };
+    let timeout = Duration::from_secs(120);
+    let (mut with, mut without) = (Vec::new(), Vec::new());
+    for r in 1..=3 {
+        o.say(&format!(
+            "launch cost, round {r}/3: gpuload probe under controld and bare"
+        ));
+        let managed = Testbed::new(bins, &specs, true)?;
+        with.push(launch_ns(
+            &managed.gpuload("solo", &probe)?.finish(timeout)?,
+        )?);
+        drop(managed);
+        let plain = Testbed::new(bins, &specs, false)?;
+        without.push(launch_ns(&plain.gpuload("solo", &probe)?.finish(timeout)?)?);
+    }
+    let (w, b) = (median(&mut with), median(&mut without));
+    out.set("metered_launch_ns", w);
+    out.set("bare_launch_ns", b);
+    out.row(
+        "cuLaunchKernel alone under controld (metered), against bare",
+        &format!("≤ +{:.0} µs", METERED_LAUNCH_NS / 1e3),
+        format!("{:.2} µs (+{:.2} µs)", w / 1e3, (w - b) / 1e3),
+        format!("{:.2} µs", b / 1e3),
+        Some(w - b <= METERED_LAUNCH_NS),
+    );
+    if bins.backend != Backend::Simgpu {
+        return Ok(());
+    }
+    o.say(
+        "driver calls per launch: gpuload train of 20 µs kernels, traced, under controld and bare",
+    );
+    let seconds = format!("{}", o.phase(4.0).min(Duration::from_secs(2)).as_secs_f64());
+    let mut args = TRAIN.to_vec();
+    args.extend(["--window", "64", "--seconds", &seconds]);
+    let mut per_launch = [0.0; 2];
+    for (k, tessera) in [true, false].into_iter().enumerate() {
+        let bed = Testbed::new(bins, &specs, tessera)?;
+        let trace = bed.dir().join("calls");
+        let trace_env = [("SIMGPU_TRACE_CALLS", trace.as_os_str())];
+        bed.run_in_with("solo", &bins.gpuload, &args, &trace_env)?
+            .finish(timeout)?;
+        per_launch[k] = calls_per_launch(&trace)?;
+    }
+    let extra = per_launch[0] - per_launch[1];
+    out.set("metered_extra_calls", extra);
+    out.row(
+        "driver calls a metered launch adds (20 µs kernels, 64 in flight)",
+        &format!("≤ {METERED_CALLS:.0}"),
+        format!("{extra:.2} ({:.2} a launch in all)", per_launch[0]),
+        format!("{:.2} a launch", per_launch[1]),
+        Some(extra <= METERED_CALLS),
+    );
+    Ok(())
+}
+
+/// Driver calls per `cuLaunchKernel` in a call trace (`pid thread name result` lines).
+fn calls_per_launch(trace: &std::path::Path) -> Result<f64, ScenarioError> {
+    let text = std::fs::read_to_string(trace).map_err(ScenarioError::file("read", trace))?;
+    let calls = text.lines().count();
+    let launches = text
+        .lines()
+        .filter(|l| l.split_whitespace().nth(2) == Some("cuLaunchKernel"))
+        .count();
+    if launches == 0 {
+        return Err(ScenarioError::Run(format!(
+            "no cuLaunchKernel in the call trace {}",
+            trace.display()
+        )));
+    }
+    Ok(calls as f64 / launches as f64)
 }
 
 /// Item 9: `controld`'s CPU time beside eight busy containers.

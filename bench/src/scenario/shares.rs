@@ -570,6 +570,7 @@ mod tests {
                     t_ns: 5_000 * ms + k * 100 * ms,
                     procs: vec![(7, k * 50 * ms, true)],
                     memory: Vec::new(),
+                    work: Vec::new(),
                 })
                 .collect(),
         };

@@ -424,6 +424,11 @@ impl Testbed {
         Region::open(&path).map_err(|source| ScenarioError::Region { path, source })
     }
 
+    /// The testbed's own directory (removed with it).
+    pub fn dir(&self) -> &Path {
+        &self.dir.0
+    }
+
     /// The ground truth a [`super::Sampler`] reads: on simgpu the node's state file
     /// (`SIMGPU_STATE`), on the system's driver the workloads' progress directory.
     pub fn node_state(&self) -> &Path {
@@ -499,7 +504,16 @@ impl Testbed {
         let system = self.progress.is_some();
         for (key, _) in std::env::vars_os() {
             let k = key.to_string_lossy();
-            if (k.starts_with("SIMGPU_") && !system) || k.starts_with("TESSERA_") {
+            // The settings the node was made with stay: a process with others would rebuild
+            // it (or be refused it).
+            let node_setting = [
+                simgpu::config::ENV_PROFILE,
+                simgpu::config::ENV_QUANTUM_US,
+                simgpu::config::ENV_CONTEXT_MEMORY,
+                simgpu::config::ENV_KERNEL_NS,
+            ]
+            .contains(&&*k);
+            if (k.starts_with("SIMGPU_") && !system && !node_setting) || k.starts_with("TESSERA_") {
                 cmd.env_remove(&key);
             }
         }
@@ -631,8 +645,19 @@ impl Testbed {
 
     /// Starts `program <args>` in container `name` (see [`Testbed::gpuload`]).
     pub fn run_in(&self, name: &str, program: &Path, args: &[&str]) -> Result<Proc, ScenarioError> {
+        self.run_in_with(name, program, args, &[])
+    }
+
+    /// [`Testbed::run_in`] with `env` set too.
+    pub fn run_in_with(
+        &self,
+        name: &str,
+        program: &Path,
+        args: &[&str],
+        env: &[(&str, &std::ffi::OsStr)],
+    ) -> Result<Proc, ScenarioError> {
         let mut cmd = self.command(program);
-        cmd.args(args);
+        cmd.args(args).envs(env.iter().copied());
         if self.tessera() {
             if !self.specs.iter().any(|s| s.name == name) {
                 return Err(ScenarioError::Run(format!(

@@ -437,6 +437,7 @@ pub(super) fn prime(region: &Region, gpus: &[u32], policy: ComputePolicy, priori
         if fresh {
             let ppm = policy.guarantee().min(100) * (rates::WHOLE_PPM / 100);
             store_if_changed(&a.share_target_ppm, ppm);
+            store_if_changed(&a.refill_ppm, ppm);
             let first = BUCKET_TICKS * TICK.as_nanos() as u64 * u64::from(ppm)
                 / u64::from(rates::WHOLE_PPM);
             a.credit(i64::try_from(first).unwrap_or(i64::MAX), i64::MAX);
@@ -581,6 +582,14 @@ impl GpuScheduler {
             // Relaxed: see `hold_to_record`; read before the refill's credit, so a charge
             // landing between the two is counted in the next tick's fall.
             let measured = a.measured_ns.load(Ordering::Relaxed);
+            // What the library may count as accruing until the next refill: nothing while it
+            // waits for its turn or is blocked.
+            let accruing = if role == Role::Waits || d.blocked {
+                0
+            } else {
+                d.rate_ppm
+            };
+            store_if_changed(&a.refill_ppm, accruing);
             let left = refill(a, d, step, refund, now, role, &mut e.banked_ns);
             e.left_ns = Some((left, measured));
         }

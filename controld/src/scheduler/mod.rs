@@ -28,8 +28,9 @@ use tessera_region::futex::{self, Sharing};
 use tessera_region::slicing::Slicing;
 use tessera_region::{Region, MAX_DEVICES};
 
-/// Time between two ticks: the scheduler's accounting period.
-pub const TICK: Duration = Duration::from_millis(5);
+/// Time between two ticks: the scheduler's accounting period, which the library counts
+/// refills ahead by.
+pub const TICK: Duration = Duration::from_nanos(tessera_region::compute::REFILL_PERIOD_NS);
 
 /// One container as the scheduler sees it.
 #[derive(Debug)]

@@ -45,6 +45,10 @@ impl Drop for TempDir {
     }
 }
 
+/// The context size these tests' caps are sized for (a real A100's is larger): the caps
+/// here hold two or three processes' contexts beside what they allocate.
+pub const CONTEXT_MEMORY: &str = "300MiB";
+
 /// A node, a state dir and (once started) a daemon on them.
 pub struct Node {
     pub sim: SimNode,
@@ -55,7 +59,7 @@ pub struct Node {
 impl Node {
     pub fn new(what: &str) -> Node {
         Node {
-            sim: SimNode::new("A100-40GB", &[]),
+            sim: SimNode::new("A100-40GB", &[("SIMGPU_CONTEXT_MEMORY", CONTEXT_MEMORY)]),
             dir: TempDir::new(what),
             daemon: None,
         }

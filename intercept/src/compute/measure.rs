@@ -409,10 +409,23 @@ pub(crate) fn estimate(work: usize) -> (Option<u64>, bool) {
     (book.estimates.get(work), alone)
 }
 
+/// Why [`enter`] took no place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum NoRoom {
+    /// The window is full.
+    Window,
+    /// The launch would hold the GPU longer than what is in flight already, and there is no
+    /// credit for that.
+    Credit,
+}
+
 /// Takes a place in the window on `device` for a launch of `work` on `key` (in context
 /// `ctx`), by the container's window (with a daemon) or this process's (`local`: so that a
-/// process killed with launches in flight cannot hold the others' window). `None`: no room,
-/// nothing taken. A place is given back with [`launched`] or [`leave`].
+/// process killed with launches in flight cannot hold the others' window). Without credit
+/// (`no_credit`: the bucket is empty), only a launch that adds nothing to the time this
+/// process holds in flight may go: a stream shorter than the longest runs beside it, as it
+/// would alone, and is paid for by the union the harvest charges. A place is given back
+/// with [`launched`] or [`leave`].
 #[allow(clippy::too_many_arguments)] // a launch's whole description
 pub(crate) fn enter(
     region: &Region,
@@ -423,9 +436,10 @@ pub(crate) fn enter(
     work: Work,
     alone: bool,
     local: bool,
-) -> Option<Admission> {
+    no_credit: bool,
+) -> Result<Admission, NoRoom> {
     if device >= MAX_DEVICES {
-        return None;
+        return Err(NoRoom::Window);
     }
     let mut guard = lock();
     let book = guard.book();
@@ -437,7 +451,7 @@ pub(crate) fn enter(
         // The handle now names a stream of another context: start over on it once what
         // was measured on the old one is harvested (or dropped as gone).
         if !track.pending.is_empty() || track.open.is_some() {
-            return None;
+            return Err(NoRoom::Window);
         }
         *track = Track::new(ctx, device);
     }
@@ -450,6 +464,9 @@ pub(crate) fn enter(
     let mine = book.mine[device];
     let held = mine.held_ns.max(queued + work.estimate_ns);
     let more = held - mine.held_ns;
+    if no_credit && (more > 0 || mine.launches == 0) {
+        return Err(NoRoom::Credit);
+    }
     let room = if local {
         mine.launches < acct.window_or_default()
             && (mine.held_ns == 0 || held <= acct.window_ns_or_default())
@@ -457,7 +474,7 @@ pub(crate) fn enter(
         acct.enter_window(more)
     };
     if !room {
-        return None;
+        return Err(NoRoom::Window);
     }
     if local {
         acct.join_window_by(1, more);
@@ -486,7 +503,7 @@ pub(crate) fn enter(
     } else {
         None
     };
-    Some(Admission {
+    Ok(Admission {
         key,
         ctx,
         device,
@@ -939,6 +956,14 @@ fn charge_segment(
     if let Some(t) = book.tracks.get_mut(&key) {
         t.busy_until = t.busy_until.max(end.saturating_add(t.queued_ns));
     }
+    let end = if is_local(region.compute(device)) {
+        // No daemon settles the other containers' time slices out of this interval (they
+        // cut into its kernels): what it held is what the estimates say, which follow the
+        // shortest measurements.
+        end.min(start.saturating_add(estimate))
+    } else {
+        end
+    };
     charge(book, region, device, start, end);
 }
 

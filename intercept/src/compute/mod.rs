@@ -29,7 +29,7 @@ mod timeline;
 
 use crate::container;
 use crate::current;
-use measure::{Admission, Harvest, StreamKey, Work};
+use measure::{Admission, Harvest, NoRoom, StreamKey, Work};
 use std::ffi::c_void;
 use std::sync::atomic::Ordering;
 use tessera_region::layout::{ComputeAccount, PRIORITY_ONLINE};
@@ -232,13 +232,15 @@ fn try_admit(
             .compare_exchange(0, now, Ordering::Relaxed, Ordering::Relaxed);
         return Err(Refusal::Blocked);
     }
-    // SeqCst: as for `blocked`.
-    if acct.bucket_ns.load(Ordering::SeqCst) <= 0 {
-        return Err(Refusal::Empty);
-    }
+    let no_credit = !acct.has_credit(monotonic_ns());
     let local = measure::is_local(acct);
-    let admission = measure::enter(region, acct, device, key, ctx, work, alone, local)
-        .ok_or(Refusal::WindowFull)?;
+    let admission = measure::enter(
+        region, acct, device, key, ctx, work, alone, local, no_credit,
+    )
+    .map_err(|no| match no {
+        NoRoom::Window => Refusal::WindowFull,
+        NoRoom::Credit => Refusal::Empty,
+    })?;
     // SeqCst (both): a block that lands after the check above but before this launch is
     // counted must still stop it. Counting first and checking again orders the two: either
     // this load sees the daemon's store, or the count came before that store in the single

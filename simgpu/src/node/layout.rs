@@ -84,6 +84,9 @@ pub struct ProcessState {
     pub name: [AtomicU64; 2],
     pub memory: [AtomicU64; MAX_DEVICES],
     pub busy_ns: [AtomicU64; MAX_DEVICES],
+    /// The engine time of the kernels it completed, each counted whole: more than
+    /// `busy_ns` where its kernels ran at once.
+    pub work_ns: [AtomicU64; MAX_DEVICES],
 }
 
 #[repr(C)]

@@ -94,6 +94,9 @@ pub struct ProcessDeviceUsage {
     pub memory: u64,
     /// Nanoseconds the device's engine ran this process's kernels.
     pub busy_ns: u64,
+    /// The engine time of the kernels it completed, each counted whole (more than
+    /// `busy_ns` where they ran at once): the work it got done.
+    pub work_ns: u64,
 }
 
 /// One live process of the node.
@@ -346,6 +349,7 @@ impl Node {
                         .map(|d| ProcessDeviceUsage {
                             memory: p.memory[d].load(Ordering::Relaxed),
                             busy_ns: p.busy_ns[d].load(Ordering::Relaxed),
+                            work_ns: p.work_ns[d].load(Ordering::Relaxed),
                         })
                         .collect(),
                 }
@@ -390,6 +394,7 @@ impl Node {
                 for dev in 0..MAX_DEVICES {
                     p.memory[dev].store(0, Ordering::Relaxed);
                     p.busy_ns[dev].store(0, Ordering::Relaxed);
+                    p.work_ns[dev].store(0, Ordering::Relaxed);
                 }
                 // Release: pairs with the Acquire loads of readers and reapers.
                 p.state.store(SLOT_LIVE, Ordering::Release);

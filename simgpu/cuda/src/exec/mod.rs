@@ -101,6 +101,8 @@ pub(crate) struct Executor {
     started: Once,
     /// Operations submitted so far: the executor watches it for a moment before it sleeps.
     submitted: AtomicU64,
+    /// When the last was (node clock).
+    submitted_ns: AtomicU64,
 }
 
 /// `CUDA_ERROR_LAUNCH_FAILED`: what a context reports after simgpu itself failed running
@@ -127,6 +129,12 @@ const CONCURRENT_KERNELS: usize = 32;
 
 /// The longest a batch of concurrent kernels runs before it looks for kernels to join.
 const JOIN_NS: u64 = 1_000_000;
+/// ... and while the process submits work (its last submission at most [`SUBMITTING_NS`]
+/// ago): a GPU starts a kernel of another stream the moment it arrives, and a program whose
+/// launches trickle in (one throttled by its share, say) would otherwise run its streams
+/// one at a time for a millisecond each time.
+const JOIN_SUBMITTING_NS: u64 = 20_000;
+const SUBMITTING_NS: u64 = 200_000;
 
 /// Sequence numbers, process-wide so that they also order work across devices.
 static NEXT_SEQ: AtomicU64 = AtomicU64::new(1);
@@ -153,6 +161,7 @@ fn executor(device: usize) -> Result<&'static Executor, CUresult> {
         done: Condvar::new(),
         started: Once::new(),
         submitted: AtomicU64::new(0),
+        submitted_ns: AtomicU64::new(0),
     });
     exec.started.call_once(|| {
         std::thread::Builder::new()
@@ -327,10 +336,15 @@ impl Executor {
             // Chunks of at most a join interval, so that work queued on other streams
             // meanwhile joins soon; one chunk when the batch is full.
             let shortest = batch.iter().map(|r| r.remaining).min().unwrap_or(0);
-            let dt = if batch.len() < CONCURRENT_KERNELS {
-                shortest.min(JOIN_NS)
-            } else {
+            // Relaxed: a hint for how soon to look again.
+            let submitting =
+                now_ns().saturating_sub(self.submitted_ns.load(Relaxed)) < SUBMITTING_NS;
+            let dt = if batch.len() >= CONCURRENT_KERNELS {
                 shortest
+            } else if submitting {
+                shortest.min(JOIN_SUBMITTING_NS)
+            } else {
+                shortest.min(JOIN_NS)
             };
             // The first chunk starts when the first kernel is ready; the others go on from
             // where the last ended.
@@ -348,6 +362,7 @@ impl Executor {
                 batch.into_iter().partition(|r| r.remaining == 0);
             batch = rest;
             for r in done {
+                engine.completed(r.kernel.duration_ns(config));
                 match catch_unwind(AssertUnwindSafe(|| r.kernel.apply())) {
                     Ok(Ok(())) => {}
                     Ok(Err(e)) => r.ctx.fail(e),
@@ -633,6 +648,7 @@ pub(crate) fn submit(stream: &Arc<Stream>, work: Work) -> Result<Mark, CUresult>
     // lock is released, so that the polling executor does not take it while this thread
     // still holds it (and make the release a wake-up).
     exec.submitted.fetch_add(1, Relaxed);
+    exec.submitted_ns.store(now_ns(), Relaxed);
     if sleeping {
         // The executor set `sleeping` under the lock and waits on `wake`, releasing it
         // atomically: it is waiting now, and this wakes it.
