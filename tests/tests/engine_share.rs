@@ -1,7 +1,8 @@
 //! One execution engine per device, time-sliced between processes: two saturating `gpuload
-//! train` processes on one device each get 50 ± 5 % of its time, and one alone gets at least
-//! 95 %. Shares are busy nanoseconds from `simgpu stat --json` over a window in which every
-//! trainer runs, divided by the window's length on the node clock.
+//! train` processes on one device each get half of its time less the switches' dead time
+//! (the A100 profile: 2.076 ms slices, 0.115 ms switches, so 47.4 % each), and one alone gets
+//! at least 95 %. Shares are busy nanoseconds from `simgpu stat --json` over a window in
+//! which every trainer runs, divided by the window's length on the node clock.
 
 use serde_json::Value;
 use std::time::{Duration, Instant};
@@ -100,21 +101,25 @@ fn shares(n: usize) -> (Vec<f64>, f64) {
 }
 
 #[test]
-fn two_trainers_share_the_engine_equally() {
+fn two_trainers_share_the_engine_equally_and_lose_the_switches() {
     let _serial = timing_lock();
     let (shares, device) = shares(2);
+    let slicing = tessera_region::slicing::A100;
+    let busy = slicing.timeslice_ns as f64 / (slicing.timeslice_ns + slicing.switch_ns) as f64;
     for (i, s) in shares.iter().enumerate() {
         assert!(
-            (0.45..=0.55).contains(s),
+            (s - busy / 2.0).abs() <= 0.05,
             "trainer {i} got {:.1} % of the engine (all: {shares:?}, device busy {:.1} %)",
             s * 100.0,
             device * 100.0
         );
     }
+    // A switch after every slice, in which no kernel runs.
     assert!(
-        device >= 0.95,
-        "with two saturating trainers the engine was busy only {:.1} %",
-        device * 100.0
+        (device - busy).abs() <= 0.02,
+        "with two saturating trainers the engine was busy {:.1} %, not {:.1} %",
+        device * 100.0,
+        busy * 100.0
     );
 }
 
