@@ -523,7 +523,9 @@ impl GpuScheduler {
             .iter_mut()
             .zip(claims.iter().zip(&decisions))
             .map(|(e, (claim, d))| {
-                e.busy_ticks = if claim.demanding && !d.blocked {
+                // Blocked by online work, an offline container's launches wait in its gate:
+                // it still has work (it claims it).
+                e.busy_ticks = if claim.demanding {
                     e.busy_ticks.saturating_add(1)
                 } else {
                     0
@@ -532,6 +534,7 @@ impl GpuScheduler {
                 let bucket = e.account(gpu).bucket_ns.load(Ordering::Relaxed);
                 Contender {
                     saturated: e.busy_ticks >= turns::SATURATED_TICKS,
+                    runnable: !d.blocked,
                     credit_ns: bucket.saturating_add(e.banked_ns),
                 }
             })

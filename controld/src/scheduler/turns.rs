@@ -25,8 +25,11 @@ pub const TURN_NS: u64 = 40_000_000;
 /// One container as turns see it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Contender {
-    /// It has had work for [`SATURATED_TICKS`] ticks in a row and is not blocked.
+    /// It has had work for [`SATURATED_TICKS`] ticks in a row (blocked by online work or
+    /// not: an offline container keeps its place in the turns while a request runs).
     pub saturated: bool,
+    /// It may launch now (not blocked).
+    pub runnable: bool,
     /// What it may still run: its bucket and what is banked for it, in ns.
     pub credit_ns: i64,
 }
@@ -35,7 +38,11 @@ pub struct Contender {
 #[derive(Debug, Default)]
 pub struct Turns {
     holder: Option<usize>,
+    /// When the holder's turn began, moved on by the time it could not run (blocked), so
+    /// that a turn counts the time it had.
     began_ns: u64,
+    /// When the turns were last planned.
+    planned_ns: u64,
 }
 
 impl Turns {
@@ -49,12 +56,20 @@ impl Turns {
     /// less than [`TURN_NS`], and has credit for at least `tick_ns` more; else the turn
     /// goes to the saturated container owed the most (the next in order on a tie).
     pub fn plan(&mut self, now: u64, tick_ns: u64, contenders: &[Contender]) -> Option<usize> {
+        let since = now.saturating_sub(std::mem::replace(&mut self.planned_ns, now));
         let saturated: Vec<usize> = (0..contenders.len())
             .filter(|&i| contenders[i].saturated)
             .collect();
         if saturated.len() < 2 {
             self.holder = None;
             return None;
+        }
+        if self
+            .holder
+            .is_some_and(|h| contenders.get(h).is_some_and(|c| !c.runnable))
+        {
+            // Blocked: its turn waits with it.
+            self.began_ns = self.began_ns.saturating_add(since);
         }
         let keeps = self.holder.is_some_and(|h| {
             contenders.get(h).is_some_and(|c| {
@@ -92,8 +107,27 @@ mod tests {
     fn c(saturated: bool, credit_ms: i64) -> Contender {
         Contender {
             saturated,
+            runnable: true,
             credit_ns: credit_ms * 1_000_000,
         }
+    }
+
+    #[test]
+    fn a_blocked_holder_keeps_its_turn_and_the_time_left_in_it() {
+        let mut t = Turns::default();
+        let all = [c(true, 50), c(true, 10)];
+        assert_eq!(t.plan(0, TICK, &all), Some(0));
+        // Blocked by online work for a while: the turns go on when it lifts.
+        let mut blocked = all;
+        blocked.iter_mut().for_each(|x| x.runnable = false);
+        for k in 1..=20 {
+            assert_eq!(t.plan(k * TICK, TICK, &blocked), Some(0));
+        }
+        assert_eq!(
+            t.plan(21 * TICK, TICK, &all),
+            Some(0),
+            "the blocked time is not its turn's"
+        );
     }
 
     #[test]
