@@ -39,7 +39,11 @@ pub(crate) unsafe fn stream_synchronize<const PER_THREAD: bool>(
     around(
         || {
             let ctx = current::get()?.context;
-            Some(Scope::Stream(StreamKey::of(stream, PER_THREAD, ctx)))
+            Some(match StreamKey::of(stream, PER_THREAD, ctx) {
+                // The legacy stream waits for the context's blocking streams too.
+                StreamKey::Legacy { .. } => Scope::Context(ctx),
+                key => Scope::Stream(key),
+            })
         },
         Harvest::All,
         // SAFETY: the caller's argument, passed on to the function it was meant for.

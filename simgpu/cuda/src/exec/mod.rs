@@ -130,9 +130,11 @@ const CONCURRENT_KERNELS: usize = 32;
 /// The longest a batch of concurrent kernels runs before it looks for kernels to join.
 const JOIN_NS: u64 = 1_000_000;
 /// ... and while the process submits work (its last submission at most [`SUBMITTING_NS`]
-/// ago): a GPU starts a kernel of another stream the moment it arrives, and a program whose
-/// launches trickle in (one throttled by its share, say) would otherwise run its streams
-/// one at a time for a millisecond each time.
+/// ago) and the context has streams with no kernel in the batch: a GPU starts a kernel of
+/// another stream the moment it arrives, and a program whose launches trickle in (one
+/// throttled by its share, say) would otherwise run its streams one at a time for a
+/// millisecond each time. Kernels shorter than two of these run whole: each chunk costs the
+/// executor a wake-up, which a simulated GPU must not spend more often than it needs.
 const JOIN_SUBMITTING_NS: u64 = 20_000;
 const SUBMITTING_NS: u64 = 200_000;
 
@@ -331,6 +333,9 @@ impl Executor {
         let ctx_id = first.ctx.id;
         let mut batch = vec![first];
         let mut started = false;
+        // Whether a stream of the context could send a kernel to join: one with no kernel in
+        // the batch (learnt at each chunk's end; at first, assumed).
+        let mut joinable = true;
         loop {
             let ready = batch.iter().map(|r| r.ready).min().unwrap_or(0);
             // Chunks of at most a join interval, so that work queued on other streams
@@ -341,8 +346,8 @@ impl Executor {
                 now_ns().saturating_sub(self.submitted_ns.load(Relaxed)) < SUBMITTING_NS;
             let dt = if batch.len() >= CONCURRENT_KERNELS {
                 shortest
-            } else if submitting {
-                shortest.min(JOIN_SUBMITTING_NS)
+            } else if submitting && joinable && shortest >= 2 * JOIN_SUBMITTING_NS {
+                JOIN_SUBMITTING_NS
             } else {
                 shortest.min(JOIN_NS)
             };
@@ -407,6 +412,11 @@ impl Executor {
                 state.finish(id, end, false);
                 self.notify_done(&state);
             }
+            joinable = state.queues.iter().any(|(id, q)| {
+                q.stream.ctx.id == ctx_id
+                    && q.running.is_none()
+                    && batch.iter().all(|r| r.id != *id)
+            });
             if batch.is_empty() {
                 return state;
             }
