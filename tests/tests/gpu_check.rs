@@ -42,6 +42,27 @@ fn num(doc: &Value, pointer: &str) -> f64 {
 /// simgpu slices its engine in quanta of `SIMGPU_QUANTUM_US` (here with switches that cost
 /// nothing); the event-based measurement must find that quantum for both processes,
 /// whatever it is.
+/// `gpuload slice` beside `competitors` others with kernels of `kernel_ms`, measuring for
+/// `seconds` after `warmup`: its JSON report.
+fn slice(node: &SimNode, competitors: u32, kernel_ms: &str, seconds: &str, warmup: &str) -> Value {
+    let n = competitors.to_string();
+    let args = [
+        "slice",
+        "--competitors",
+        &n,
+        "--kernel-ms",
+        kernel_ms,
+        "--seconds",
+        seconds,
+        "--warmup",
+        warmup,
+    ];
+    let out = node.gpuload(&args, Duration::from_secs(60));
+    let what = format!("gpuload slice --competitors {competitors}");
+    assert_success(&out, &what);
+    stdout_json(&out, &what)
+}
+
 #[test]
 fn slice_finds_simgpus_quantum() {
     let _timing = timing_lock();
@@ -51,20 +72,7 @@ fn slice_finds_simgpus_quantum() {
             "A100-80GB",
             &[("SIMGPU_QUANTUM_US", &quantum), ("SIMGPU_PROFILE", "free")],
         );
-        let out = node.gpuload(
-            &[
-                "slice",
-                "--kernel-ms",
-                "0.1",
-                "--seconds",
-                "1",
-                "--warmup",
-                "0.5",
-            ],
-            Duration::from_secs(60),
-        );
-        assert_success(&out, "gpuload slice");
-        let doc = stdout_json(&out, "gpuload slice");
+        let doc = slice(&node, 1, "0.1", "1", "0.5");
         let want = f64::from(quantum_us) / 1000.0;
         for kind in ["other_slice", "own_slice"] {
             let median = num(&doc, &format!("/{kind}/median_ms"));
@@ -80,22 +88,7 @@ fn slice_finds_simgpus_quantum() {
     // Alone, nothing takes the GPU away: no slices. (Kernels of 0.5 ms keep 16 ms queued,
     // so a busy test machine that holds up the host for a while leaves the GPU no gap.)
     let node = SimNode::new("A100-80GB", &[]);
-    let out = node.gpuload(
-        &[
-            "slice",
-            "--competitors",
-            "0",
-            "--kernel-ms",
-            "0.5",
-            "--seconds",
-            "0.5",
-            "--warmup",
-            "0.2",
-        ],
-        Duration::from_secs(60),
-    );
-    assert_success(&out, "gpuload slice --competitors 0");
-    let doc = stdout_json(&out, "gpuload slice --competitors 0");
+    let doc = slice(&node, 0, "0.5", "0.5", "0.2");
     // Beside a competitor there are 500 switches a second; alone, a stall of simgpu's engine
     // thread on a loaded test machine may leave a rare gap, nothing more.
     let switches = num(&doc, "/switches_per_s");
@@ -111,23 +104,7 @@ fn the_h200_profile_slices_as_the_h200_did() {
     let _timing = timing_lock();
     for (competitors, other_ms) in [(1, 2.402), (2, 4.65), (3, 6.89)] {
         let node = SimNode::new("H200", &[]);
-        let n = competitors.to_string();
-        let out = node.gpuload(
-            &[
-                "slice",
-                "--competitors",
-                &n,
-                "--kernel-ms",
-                "0.05",
-                "--seconds",
-                "1",
-                "--warmup",
-                "0.5",
-            ],
-            Duration::from_secs(60),
-        );
-        assert_success(&out, "gpuload slice");
-        let doc = stdout_json(&out, "gpuload slice");
+        let doc = slice(&node, competitors, "0.05", "1", "0.5");
         for (kind, want) in [("other_slice", other_ms), ("own_slice", 2.088)] {
             let median = num(&doc, &format!("/{kind}/median_ms"));
             assert!(

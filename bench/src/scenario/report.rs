@@ -5,7 +5,7 @@
 
 use super::error::ScenarioError;
 use super::hook_costs::{self, HookCost, HookCosts};
-use super::{Options, Outcome, SCENARIOS};
+use super::{testbed, Options, Outcome, SCENARIOS};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -291,9 +291,9 @@ ns. A difference is in bold where the two intervals are apart, and marked (withi
 where they overlap. [`benches/hooks.rs`](benches/hooks.rs) says how each is set up.
 ";
 
+/// The scenarios' introduction, after the sentence naming the simulated card.
 const SCENARIOS_INTRO: &str = "\
-The scenarios run on simgpu (one simulated `A100-80GB`, a 1 ms time-slice quantum between
-processes). Each starts `controld run` on a private node and state dir with a config
+Each starts `controld run` on a private node and state dir with a config
 declaring its containers, runs `gpuload` in them with `libtessera.so` preloaded and the
 container's region (as `controld exec` does), and measures from ground truth: the busy
 time simgpu's engine charged to each process and the device memory it holds, read from the
@@ -523,6 +523,17 @@ pub fn render_markdown(r: &Report) -> String {
 
     // Scenarios.
     s += "\n## Isolation scenarios\n\n";
+    let slicing = tessera_region::slicing::for_model(testbed::DEVICE);
+    let _ = write!(
+        s,
+        "The scenarios run on simgpu: one simulated `{}` with its card's profile \
+         ([`docs/simgpu.md`](../docs/simgpu.md)): a context keeps the GPU {:.2} ms while \
+         another waits, {:.2} ms of each switch is nobody's GPU time, and every driver call \
+         costs the host what it cost on the card. ",
+        testbed::DEVICE,
+        slicing.timeslice_ns as f64 / 1e6,
+        slicing.switch_ns as f64 / 1e6,
+    );
     s += SCENARIOS_INTRO;
     s += "\n| # | scenario | check | target | measured (Tessera) | baseline (no Tessera) | result |\n";
     s += "|---:|---|---|---|---|---|---|\n";
