@@ -311,6 +311,12 @@ impl TrainRun {
         t.share(&[self.pids[i]], t.at(self.from_ns), t.at(self.to_ns))
     }
 
+    /// The GPU's time all containers held together over the measuring phase.
+    fn total_share(&self) -> f64 {
+        let t = &self.trace;
+        t.share(&self.pids, t.at(self.from_ns), t.at(self.to_ns))
+    }
+
     /// The work container `i` got done over the whole measuring phase, per ns of wall time
     /// (see [`measure::Trace::work_rate`]).
     fn work_rate(&self, i: usize) -> f64 {

@@ -6,7 +6,7 @@
 //! measure of each container is checked against that ground truth.
 
 use super::error::ScenarioError;
-use super::shares::{baseline_run, shares_chart, shown, within, SAMPLE, SECOND};
+use super::shares::{baseline_run, shares_chart, shown, total_use_row, within, SAMPLE, SECOND};
 use super::testbed::Backend;
 use super::{pct, train_together, Bins, Options, Outcome, Spec, TrainRun, Workload};
 
@@ -247,6 +247,13 @@ fn deep_set(
             Some(within(share, *target, tolerance)),
         );
     }
+    total_use_row(
+        out,
+        &format!("{key}_"),
+        &format!("{label}{name}: "),
+        &run,
+        base.as_ref(),
+    );
     daemon_row(out, &key, &run);
     Ok(())
 }

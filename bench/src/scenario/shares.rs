@@ -32,6 +32,31 @@ pub(super) fn baseline_run(
     train_together(bins, specs, false, workload, SECOND / 2, phase, SAMPLE).map(Some)
 }
 
+/// How far the GPU's total use under Tessera may fall below the same workloads' without it.
+const CONSERVED_POINTS: f64 = 0.03;
+
+/// Work conservation, with every container saturating: the GPU's total use under Tessera
+/// against the same workloads' without it, which lose a switch's dead time at every slice.
+/// The figure is `{prefix}total`; the row's name starts with `label`.
+pub(super) fn total_use_row(
+    out: &mut Outcome,
+    prefix: &str,
+    label: &str,
+    run: &TrainRun,
+    base: Option<&TrainRun>,
+) {
+    let total = run.total_share();
+    out.set(&format!("{prefix}total"), total);
+    let base_total = base.map(TrainRun::total_share);
+    out.row(
+        &format!("{label}the GPU's total use"),
+        &format!("≥ without Tessera − {:.0} points", CONSERVED_POINTS * 100.0),
+        pct(total),
+        base_total.map(pct).unwrap_or_default(),
+        base_total.map(|b| total >= b - CONSERVED_POINTS),
+    );
+}
+
 pub(super) fn shown(baseline: &Option<TrainRun>, i: usize) -> String {
     baseline
         .as_ref()
@@ -239,6 +264,7 @@ pub(super) fn mixed(bins: &Bins, o: &Options) -> Result<Outcome, ScenarioError> 
             Some(within(share, target, 0.03)),
         );
     }
+    total_use_row(&mut out, "", "", &run, base.as_ref());
     Ok(out)
 }
 
