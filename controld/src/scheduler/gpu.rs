@@ -145,7 +145,7 @@ fn rebuild(
             last_tick_ns,
             settled: Settled::default(),
             replay,
-            turns: Turns::default(),
+            turns: Default::default(),
         });
     }
     gpus
@@ -160,8 +160,9 @@ pub(super) struct GpuScheduler {
     settled: Settled,
     /// The GPU's time-slicing, replayed over the containers' spans.
     replay: Replay,
-    /// Who of the containers that keep the GPU busy holds it.
-    turns: Turns,
+    /// Who of the containers that keep the GPU busy holds it: the online containers' turns
+    /// and the offline ones' apart (see [`turn_class`]).
+    turns: [Turns; 2],
 }
 
 /// One container on the GPU.
@@ -539,7 +540,22 @@ impl GpuScheduler {
                 }
             })
             .collect();
-        let holder = self.turns.plan(now, tick_ns, &contenders);
+        // Each class takes turns among its own: offline work gives way to online work
+        // whenever that has any, so an offline holder blocked by it must never keep an
+        // online container waiting for the turn.
+        let holders: Vec<Option<usize>> = (0..self.turns.len())
+            .map(|class| {
+                let own: Vec<Contender> = contenders
+                    .iter()
+                    .zip(&self.entries)
+                    .map(|(c, e)| Contender {
+                        saturated: c.saturated && turn_class(e.member.priority) == class,
+                        ..*c
+                    })
+                    .collect();
+                self.turns[class].plan(now, tick_ns, &own)
+            })
+            .collect();
         for (i, ((((e, d), refund), claim), keep)) in self
             .entries
             .iter_mut()
@@ -549,7 +565,7 @@ impl GpuScheduler {
             .zip(&fallback)
             .enumerate()
         {
-            let role = match holder {
+            let role = match holders[turn_class(e.member.priority)] {
                 Some(h) if h == i => Role::Holds,
                 Some(_) if contenders[i].saturated => Role::Waits,
                 _ => Role::Free,
@@ -707,6 +723,14 @@ impl GpuScheduler {
         {
             hand_over(&e.member.region, self.gpu, d.share_ppm);
         }
+    }
+}
+
+/// Which of a GPU's [`Turns`] a container of `priority` takes part in.
+fn turn_class(priority: Priority) -> usize {
+    match priority {
+        Priority::Online => 0,
+        Priority::Offline => 1,
     }
 }
 
