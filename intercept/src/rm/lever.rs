@@ -82,6 +82,21 @@ pub(super) fn group_made(group: Group) {
     }
 }
 
+/// A context was made: with a time slice asked and no channel group of the driver seen by
+/// then (the driver makes a context's groups with it), the lever is not available here, and
+/// the region says so.
+pub(crate) fn context_made() {
+    let Some(c) = crate::container::peek() else {
+        return;
+    };
+    if c.region().timeslice_us().is_some() && groups::count() == 0 {
+        c.region().report_timeslice(TimesliceReport {
+            state: TIMESLICE_NO_GROUPS,
+            ..TimesliceReport::default()
+        });
+    }
+}
+
 /// The driver set `us` on one of the process's groups itself.
 pub(super) fn driver_set(group: Group, us: u64) {
     group.set_driver_us(us);
