@@ -592,6 +592,10 @@ impl GpuScheduler {
                 shared_window_ns(e.member.priority)
             };
             configure(&e.member.region, gpu, e.member.priority, window_ns);
+            if e.member.region.timeslice_us() != e.member.timeslice_us {
+                e.member.region.set_timeslice_us(e.member.timeslice_us);
+                e.member.note_tampering(Tampering::TIMESLICE);
+            }
             a.set_board_bit(board.and(e.board_bit));
             store_if_changed(&a.share_target_ppm, d.rate_ppm);
             store_if_changed(&a.share_measured_ppm, e.window.share_ppm());

@@ -45,6 +45,9 @@ pub struct Member {
     pub policy: ComputePolicy,
     /// Its priority.
     pub priority: Priority,
+    /// The time slice its processes set on their channel groups, in µs; `None` for the
+    /// driver's.
+    pub timeslice_us: Option<u32>,
     /// Set by the tick thread while the container's region claims work but it has made no
     /// progress for a second and has no live process: a crashed process left its `active`
     /// or `inflight` up. Such a container is treated as idle (it must not block offline
@@ -64,6 +67,8 @@ impl Tampering {
     pub const BUCKET: Tampering = Tampering(1);
     /// Its board bit found set while it had no work (cleared): set by another container.
     pub const BOARD: Tampering = Tampering(2);
+    /// The time slice its region asks changed by a process of its own (put back).
+    pub const TIMESLICE: Tampering = Tampering(4);
 
     /// A line for status per kind in `bits`.
     pub fn describe(bits: u32) -> Vec<&'static str> {
@@ -73,6 +78,9 @@ impl Tampering {
         }
         if bits & Tampering::BOARD.0 != 0 {
             lines.push("its bit on the priority board was set while it had no work (by another online container); cleared");
+        }
+        if bits & Tampering::TIMESLICE.0 != 0 {
+            lines.push("the GPU time slice its region asks was changed by a process of its own; put back (its processes, which own their channel groups, can still set another on them)");
         }
         lines
     }
@@ -86,6 +94,7 @@ impl Member {
         gpus: Vec<u32>,
         policy: ComputePolicy,
         priority: Priority,
+        timeslice_us: Option<u32>,
     ) -> Member {
         Member {
             name,
@@ -96,6 +105,7 @@ impl Member {
                 .collect(),
             policy,
             priority,
+            timeslice_us,
             stale: AtomicBool::new(false),
             tampering: AtomicU32::new(0),
         }
@@ -119,6 +129,7 @@ impl Member {
             && self.gpus == other.gpus
             && self.policy == other.policy
             && self.priority == other.priority
+            && self.timeslice_us == other.timeslice_us
     }
 
     fn is_stale(&self) -> bool {
@@ -155,6 +166,7 @@ impl Roster {
                         // New or changed: its limits are in its region before this returns,
                         // so before the daemon answers whoever asked for it.
                         gpu::prime(&m.region, &m.gpus, m.policy, m.priority);
+                        m.region.set_timeslice_us(m.timeslice_us);
                         Arc::new(m)
                     })
             })

@@ -162,6 +162,10 @@ fn wait_for_admission(
                 }
             }
             Err(Refusal::Blocked | Refusal::Empty) => {
+                // A launch that waits: a changed time slice reaches the channel groups now
+                // too, so that it reaches a container that is never idle (one load when
+                // nothing changed).
+                crate::rm::lever::sync(region);
                 acct.wait_gate(seen, WAIT_NS);
             }
         }

@@ -5,7 +5,8 @@
 //!
 //! A group gets it as soon as it is made, and again right after the driver sets its own
 //! (libcuda sets one on its groups after making them). A change of what is asked reaches
-//! the groups at the next launch after the container was idle ([`sync`]). Each control is a
+//! the groups at the next launch after the container was idle, or that waits in the gate
+//! ([`sync`]). Each control is a
 //! call into the GPU's firmware (0.1–0.7 ms on an H200), so none is made on a launch
 //! otherwise. Whatever the driver answers, the application's own requests are untouched:
 //! a refused control leaves the group as the driver made it, says so once in the log and in
