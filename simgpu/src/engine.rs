@@ -14,13 +14,8 @@
 //!
 //! Each context has its own time slice: the node's quantum, unless a control on its channel
 //! group set another (`simgpu/cuda`'s resource manager, where the preload library reaches
-//! it). A switch's dead time scales with the shorter of the two slices it lies between,
-//! relative to the quantum: the full switch cost between two contexts of the quantum, a
-//! twentieth of it into and out of a context of 100 µs. That rule is fitted to the two
-//! things measured on an H200 (docs/simgpu.md): saturating contexts of the driver's slice
-//! lose about 0.16 ms per switch, and an online process beside an offline one whose
-//! channel groups run 100 µs slices saw its latency rise 5 %, where full-cost switches
-//! would make it 17 %.
+//! it). A switch's dead time scales with the shorter of the two slices it lies between
+//! (`tessera_region::slicing::switch_between_ns`, fitted to what an H200 showed).
 
 use crate::clock::{now_ns, sleep_until};
 use crate::node::handoff::pass_engine;
@@ -29,6 +24,7 @@ use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 use std::sync::Mutex;
 use std::time::Duration;
 use tessera_region::futex::{self, Sharing};
+use tessera_region::slicing;
 
 /// How long a waiter sleeps before it checks that the holder is still alive.
 const HOLDER_CHECK_NS: u64 = 10_000_000;
@@ -224,7 +220,8 @@ impl<'p> Engine<'p> {
             last if last == me => e.handoff_ns.load(SeqCst),
             _ => {
                 let between = slice.min(e.last_slice_ns.load(SeqCst));
-                e.handoff_ns.load(SeqCst) + dead_time(e.switch_ns.load(SeqCst), between, quantum)
+                let dead = slicing::switch_between_ns(e.switch_ns.load(SeqCst), quantum, between);
+                e.handoff_ns.load(SeqCst) + dead
             }
         };
         ready.max(free_at).max(now_ns().saturating_sub(quantum))
@@ -249,17 +246,6 @@ impl<'p> Engine<'p> {
         let slice = self.process.timeslice(self.device);
         pass_engine(self.state(), self.process.slot(), at, switch_ns, slice);
     }
-}
-
-/// The dead time of a switch costing `switch_ns` between contexts of the node's `quantum`,
-/// when the shorter of the two slices it lies between is `between` (see the module's
-/// comment).
-fn dead_time(switch_ns: u64, between: u64, quantum: u64) -> u64 {
-    if quantum == 0 || between >= quantum {
-        return switch_ns;
-    }
-    // u128: a switch of up to a quantum times a slice of up to a quantum.
-    (u128::from(switch_ns) * u128::from(between) / u128::from(quantum)) as u64
 }
 
 impl Process {

@@ -675,8 +675,13 @@ impl GpuScheduler {
             pieces.push(settle::pieces(&e.pending));
             spans.push(e.pending.clone());
         }
+        let slices: Vec<u64> = self
+            .entries
+            .iter()
+            .map(|e| e.member.slice_in_force_ns())
+            .collect();
         self.replay
-            .advance(&spans, &pieces, horizon, &mut self.settled);
+            .advance(&spans, &pieces, &slices, horizon, &mut self.settled);
         let settled = self.replay.settled_to().unwrap_or(before);
         for &(i, ms, ns) in &self.settled.per_ms {
             if let Some(e) = self.entries.get_mut(i) {

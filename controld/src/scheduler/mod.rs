@@ -26,7 +26,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 use tessera_region::futex::{self, Sharing};
 use tessera_region::slicing::Slicing;
-use tessera_region::{Region, MAX_DEVICES};
+use tessera_region::{Region, TimesliceOutcome, MAX_DEVICES};
 
 /// Time between two ticks: the scheduler's accounting period, which the library counts
 /// refills ahead by.
@@ -121,6 +121,19 @@ impl Member {
     pub fn tampering(&self) -> u32 {
         // Relaxed: see `note_tampering`.
         self.tampering.load(Ordering::Relaxed)
+    }
+
+    /// The time slice its channel groups run, for replaying the GPU's slicing, in ns; 0
+    /// for the GPU's own. The one controld asked, where its processes report it set; the
+    /// GPU's otherwise (refused, not yet set, or a report it did not ask: a process can
+    /// claim no other slice than the one asked).
+    pub(crate) fn slice_in_force_ns(&self) -> u64 {
+        match (self.timeslice_us, self.region.timeslice_report().outcome()) {
+            (Some(asked), TimesliceOutcome::Set { us, .. }) if us == asked => {
+                u64::from(asked) * 1_000
+            }
+            _ => 0,
+        }
     }
 
     fn same_as(&self, other: &Member) -> bool {

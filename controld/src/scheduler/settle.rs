@@ -158,12 +158,14 @@ impl Replay {
 
     /// Replays the stamps of `spans[i]` (container `i`'s spans, as they come, overlapping
     /// where its processes' did) up to `horizon`, with `pieces[i]` its busy time ([`pieces`]
-    /// of the same spans), and settles what that decides. Into `out`: what each container
+    /// of the same spans) and `slices[i]` the time slice its channel groups run (ns; 0 or
+    /// absent: the GPU's), and settles what that decides. Into `out`: what each container
     /// held from the last settlement's end to this one's ([`Replay::settled_to`]).
     pub fn advance(
         &mut self,
         spans: &[Vec<BusySpan>],
         pieces: &[Vec<(u64, u64)>],
+        slices: &[u64],
         horizon: u64,
         out: &mut Settled,
     ) {
@@ -192,7 +194,7 @@ impl Replay {
             .unwrap_or(horizon);
         let mut settled = from;
         for stamp in stamps {
-            settled = self.step(stamp, pieces, settled, out);
+            settled = self.step(stamp, pieces, slices, settled, out);
         }
         // A run with no other container's work since it began is its container's alone up
         // to the horizon: settle it there.
@@ -218,10 +220,12 @@ impl Replay {
         &mut self,
         stamp: Stamp,
         pieces: &[Vec<(u64, u64)>],
+        slices: &[u64],
         settled: u64,
         out: &mut Settled,
     ) -> u64 {
         let sl = self.slicing;
+        let slice = |who: usize| slices.get(who).copied().unwrap_or(0);
         let covered_after = |who: usize, at: u64| covers(&pieces[who], at, at + 1);
         let Some(mut r) = self.run else {
             self.run = Some(Run {
@@ -245,18 +249,39 @@ impl Replay {
             return settled;
         }
         // The engine switched from `r.who` to `stamp.who`.
-        let (end, next) = if r.drained {
-            (r.last, (r.last + sl.idle_switch_ns).min(stamp.at))
+        let (start, end, next) = if r.drained {
+            (r.turn, r.last, (r.last + sl.idle_switch_ns).min(stamp.at))
         } else {
-            let latest = stamp.at.saturating_sub(sl.switch_ns).max(r.last);
-            let end = if stamp.begins {
-                latest
-            } else {
-                (r.turn + sl.timeslice_ns).clamp(r.last, latest)
+            let switch_ns = sl.switch_between_ns(slice(r.who), slice(stamp.who));
+            let own = |who: usize| match slice(who) {
+                0 => sl.timeslice_ns,
+                ns => ns,
             };
-            (end, (end + sl.switch_ns).min(stamp.at))
+            let latest = stamp.at.saturating_sub(switch_ns).max(r.last);
+            if stamp.begins {
+                (r.turn, latest, (latest + switch_ns).min(stamp.at))
+            } else {
+                // `stamp.who` had work since its piece began: from then on the engine
+                // alternated, a slice of `r.who`'s and one of its, until the turn of its in
+                // which it stamped. The turns between are given as they went.
+                let (a, b) = (own(r.who), own(stamp.who));
+                let since = piece_start(&pieces[stamp.who], stamp.at).max(r.turn);
+                let mut turn = r.turn;
+                let mut end = (r.turn + a).max(since);
+                let mut rounds = 0;
+                while end + 3 * switch_ns + b + a <= stamp.at && rounds < MAX_ROUNDS {
+                    out.give(r.who, turn.max(settled), end);
+                    let theirs = end + switch_ns;
+                    out.give(stamp.who, theirs.max(settled), theirs + b);
+                    turn = theirs + b + switch_ns;
+                    end = turn + a;
+                    rounds += 1;
+                }
+                let end = end.clamp(r.last.max(turn), latest.max(turn));
+                (turn, end, (end + switch_ns).min(stamp.at))
+            }
         };
-        out.give(r.who, r.turn.max(settled), end);
+        out.give(r.who, start.max(settled), end);
         let turn = if stamp.begins { stamp.at } else { next };
         self.run = Some(Run {
             who: stamp.who,
@@ -265,6 +290,21 @@ impl Replay {
             drained: !covered_after(stamp.who, stamp.at),
         });
         settled.max(end.min(turn))
+    }
+}
+
+/// The most alternations of two containers' turns replayed between two stamps; a longer
+/// stretch (a region's spans made up to cost the daemon work) is given to the one that held
+/// the engine last.
+const MAX_ROUNDS: u32 = 1_000;
+
+/// Where the piece of `pieces` (sorted, disjoint) that ends at or covers `at` began; `at`
+/// itself if none does.
+fn piece_start(pieces: &[(u64, u64)], at: u64) -> u64 {
+    let i = pieces.partition_point(|p| p.1 < at);
+    match pieces.get(i) {
+        Some(p) if p.0 <= at => p.0,
+        _ => at,
     }
 }
 
@@ -355,9 +395,14 @@ mod tests {
 
     /// Replays `spans` in one settlement up to `horizon`.
     fn run(spans: &[Vec<BusySpan>], horizon: u64) -> Settled {
+        run_sliced(spans, &[], horizon)
+    }
+
+    /// Like [`run`], with the containers' own slices.
+    fn run_sliced(spans: &[Vec<BusySpan>], slices: &[u64], horizon: u64) -> Settled {
         let pieces: Vec<Vec<(u64, u64)>> = spans.iter().map(|v| pieces(v)).collect();
         let mut out = Settled::default();
-        Replay::new(H200).advance(spans, &pieces, horizon, &mut out);
+        Replay::new(H200).advance(spans, &pieces, slices, horizon, &mut out);
         out
     }
 
@@ -382,8 +427,21 @@ mod tests {
     /// (a kernel cut by the slice ends in its container's next turn). Returns each one's
     /// spans (a kernel each, from its start to its end) and the time it held the engine.
     fn round_robin(kernel: &[u64], turns: usize) -> (Vec<Vec<BusySpan>>, Vec<u64>, u64) {
-        let (t, d) = (H200.timeslice_ns, H200.switch_ns);
+        round_robin_sliced(kernel, &vec![0; kernel.len()], turns)
+    }
+
+    /// Like [`round_robin`], each container's turns as long as its own slice (`slices[i]`,
+    /// 0 for the GPU's), a switch costing what the two slices around it make it.
+    fn round_robin_sliced(
+        kernel: &[u64],
+        slices: &[u64],
+        turns: usize,
+    ) -> (Vec<Vec<BusySpan>>, Vec<u64>, u64) {
         let n = kernel.len();
+        let own = |who: usize| match slices[who] {
+            0 => H200.timeslice_ns,
+            ns => ns,
+        };
         let mut spans = vec![vec![]; n];
         let mut held = vec![0; n];
         // Per container: its kernel in progress (start, work left).
@@ -391,7 +449,7 @@ mod tests {
         let mut at = 0;
         for turn in 0..turns {
             let who = turn % n;
-            let end = at + t;
+            let end = at + own(who);
             let mut now = at;
             while now < end {
                 let (start, left) = current[who].unwrap_or((now, kernel[who]));
@@ -404,8 +462,8 @@ mod tests {
                     current[who] = Some((start, left - run));
                 }
             }
-            held[who] += t;
-            at = end + d;
+            held[who] += own(who);
+            at = end + H200.switch_between_ns(slices[who], slices[(turn + 1) % n]);
         }
         (spans, held, at)
     }
@@ -426,6 +484,26 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn a_container_of_short_slices_is_given_its_short_turns() {
+        // Offline work in 100 µs slices beside online work in the GPU's: the short one
+        // held the engine about a twentieth of the time, and is charged that, not half,
+        // though most of its turns end no kernel (its 500 µs kernels take five).
+        let slices = [100_000, 0];
+        let (spans, held, end) = round_robin_sliced(&[500_000, 300_000], &slices, 200);
+        let s = run_sliced(&spans, &slices, end);
+        for (who, (&got, &want)) in s.attributed.iter().zip(&held).enumerate() {
+            assert!(
+                got.abs_diff(want) <= want / 20,
+                "{who}: {got} vs {want} ({:?})",
+                s.attributed
+            );
+        }
+        // Replayed as if both ran the GPU's slices, the short one pays for far more.
+        let wrong = run(&spans, end);
+        assert!(wrong.attributed[0] > 3 * held[0], "{:?}", wrong.attributed);
     }
 
     #[test]
@@ -454,7 +532,7 @@ mod tests {
         let mut total = [0u64; 2];
         let mut out = Settled::default();
         for h in (5..=100).step_by(5) {
-            replay.advance(&spans, &pieces, h * MS, &mut out);
+            replay.advance(&spans, &pieces, &[], h * MS, &mut out);
             total[0] += out.attributed[0];
             total[1] += out.attributed[1];
         }
