@@ -236,11 +236,37 @@ impl Replay {
             });
             return settled;
         };
+        let own = |who: usize| match slice(who) {
+            0 => sl.timeslice_ns,
+            ns => ns,
+        };
         if r.who == stamp.who {
             if stamp.begins && r.drained {
                 // It ran out of work, then got the engine again with new work: a turn of
-                // its own began now.
-                out.give(r.who, r.turn.max(settled), r.last);
+                // its own began now. Up to where it ran out, a neighbour with work took
+                // its turns in between.
+                let n = pieces.len();
+                let other = (0..n)
+                    .find(|&i| i != r.who && covers(&pieces[i], r.last.saturating_sub(1), r.last));
+                let turn = match other {
+                    Some(o) => {
+                        let (a, b) = (own(r.who), own(o));
+                        let sw = sl.switch_between_ns(slice(r.who), slice(o));
+                        let since = piece_start(&pieces[o], r.last).max(r.turn);
+                        let fits = |end: u64| end + 2 * sw + b < r.last;
+                        alternate(out, settled, (r.who, o), (r.turn, since), (a, b, sw), fits).0
+                    }
+                    None => r.turn,
+                };
+                out.give(r.who, turn.max(settled), r.last.max(turn));
+                // Between its running out and its new work, a neighbour with work held the
+                // engine (after a switch each way).
+                let mid = r.last + (stamp.at - r.last) / 2;
+                if let Some(o) = (0..n).find(|&i| i != r.who && covers(&pieces[i], mid, mid + 1)) {
+                    let back = sl.switch_between_ns(slice(o), slice(r.who));
+                    let from = (r.last + sl.idle_switch_ns).max(settled);
+                    out.give(o, from, stamp.at.saturating_sub(back));
+                }
                 r.turn = stamp.at;
             }
             r.last = stamp.at;
@@ -248,38 +274,43 @@ impl Replay {
             self.run = Some(r);
             return settled;
         }
-        // The engine switched from `r.who` to `stamp.who`.
-        let (start, end, next) = if r.drained {
-            (r.turn, r.last, (r.last + sl.idle_switch_ns).min(stamp.at))
-        } else {
-            let switch_ns = sl.switch_between_ns(slice(r.who), slice(stamp.who));
-            let own = |who: usize| match slice(who) {
-                0 => sl.timeslice_ns,
-                ns => ns,
-            };
-            let latest = stamp.at.saturating_sub(switch_ns).max(r.last);
-            if stamp.begins {
-                (r.turn, latest, (latest + switch_ns).min(stamp.at))
+        // The engine switched from `r.who` to `stamp.who`. Where `stamp.who` had work
+        // during `r.who`'s run (its piece began before), the engine alternated, a slice of
+        // `r.who`'s and one of its, up to `r.who`'s last turn: those turns are given as
+        // they went. Then `r.who`'s last turn ends where it ran out of work, where
+        // `stamp.who`'s work began, or after its slice.
+        let switch_ns = sl.switch_between_ns(slice(r.who), slice(stamp.who));
+        let (a, b) = (own(r.who), own(stamp.who));
+        let since = piece_start(&pieces[stamp.who], stamp.at).max(r.turn);
+        // Whether another round fits after an `r.who` turn ending at `end`: its turn, then
+        // `r.who`'s next one, before `r.who`'s last stamp (it ran out of work there) or
+        // before `stamp.who`'s last turn.
+        let fits = |end: u64| {
+            if r.drained {
+                end + 2 * switch_ns + b < r.last
             } else {
-                // `stamp.who` had work since its piece began: from then on the engine
-                // alternated, a slice of `r.who`'s and one of its, until the turn of its in
-                // which it stamped. The turns between are given as they went.
-                let (a, b) = (own(r.who), own(stamp.who));
-                let since = piece_start(&pieces[stamp.who], stamp.at).max(r.turn);
-                let mut turn = r.turn;
-                let mut end = (r.turn + a).max(since);
-                let mut rounds = 0;
-                while end + 3 * switch_ns + b + a <= stamp.at && rounds < MAX_ROUNDS {
-                    out.give(r.who, turn.max(settled), end);
-                    let theirs = end + switch_ns;
-                    out.give(stamp.who, theirs.max(settled), theirs + b);
-                    turn = theirs + b + switch_ns;
-                    end = turn + a;
-                    rounds += 1;
-                }
-                let end = end.clamp(r.last.max(turn), latest.max(turn));
-                (turn, end, (end + switch_ns).min(stamp.at))
+                !stamp.begins && end + 3 * switch_ns + b + a <= stamp.at
             }
+        };
+        let (turn, end) = alternate(
+            out,
+            settled,
+            (r.who, stamp.who),
+            (r.turn, since),
+            (a, b, switch_ns),
+            fits,
+        );
+        let (start, end, next) = if r.drained {
+            let end = r.last.max(turn);
+            (turn, end, (end + sl.idle_switch_ns).min(stamp.at))
+        } else {
+            let latest = stamp.at.saturating_sub(switch_ns).max(r.last).max(turn);
+            let end = if stamp.begins {
+                latest
+            } else {
+                end.clamp(r.last.max(turn), latest)
+            };
+            (turn, end, (end + switch_ns).min(stamp.at))
         };
         out.give(r.who, start.max(settled), end);
         let turn = if stamp.begins { stamp.at } else { next };
@@ -291,6 +322,31 @@ impl Replay {
         });
         settled.max(end.min(turn))
     }
+}
+
+/// Gives the turns of `who` (first) and `other` as the engine alternated them from `turn`,
+/// `other` having had work from `since`: `who` a slice of `a` (at least up to `since`), a
+/// switch, `other` one of `b`, a switch, while `fits` holds for the end of `who`'s turn.
+/// Returns where `who`'s last turn began and where its slice would end.
+fn alternate(
+    out: &mut Settled,
+    settled: u64,
+    (who, other): (usize, usize),
+    (turn, since): (u64, u64),
+    (a, b, switch_ns): (u64, u64, u64),
+    fits: impl Fn(u64) -> bool,
+) -> (u64, u64) {
+    let (mut turn, mut end) = (turn, (turn + a).max(since));
+    let mut rounds = 0;
+    while fits(end) && rounds < MAX_ROUNDS {
+        out.give(who, turn.max(settled), end);
+        let theirs = end + switch_ns;
+        out.give(other, theirs.max(settled), theirs + b);
+        turn = theirs + b + switch_ns;
+        end = turn + a;
+        rounds += 1;
+    }
+    (turn, end)
 }
 
 /// The most alternations of two containers' turns replayed between two stamps; a longer
@@ -504,6 +560,28 @@ mod tests {
         // Replayed as if both ran the GPU's slices, the short one pays for far more.
         let wrong = run(&spans, end);
         assert!(wrong.attributed[0] > 3 * held[0], "{:?}", wrong.attributed);
+    }
+
+    #[test]
+    fn two_containers_of_short_slices_are_charged_what_they_held() {
+        // Both offline at 100 µs: most turns of the long kernels end none, and the short
+        // kernels' container runs out of work at the end of each turn of its.
+        let slices = [100_000, 100_000];
+        for kernel in [
+            [1_000_000, 2_000_000],
+            [500_000, 300_000],
+            [2_000_000, 50_000],
+            [50_000, 2_000_000],
+        ] {
+            let (spans, held, end) = round_robin_sliced(&kernel, &slices, 400);
+            let s = run_sliced(&spans, &slices, end);
+            for (who, (&got, &want)) in s.attributed.iter().zip(&held).enumerate() {
+                assert!(
+                    got.abs_diff(want) <= want * 3 / 20,
+                    "kernels {kernel:?}, {who}: {got} vs {want}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -196,13 +196,15 @@ fn set(group: Group, us: u64) -> Result<(), Refusal> {
             group.set_driver_us(driver);
         }
     }
+    let started = tessera_region::monotonic_ns();
     match timeslice(group, control::SET_TIMESLICE, us) {
         Ok(_) => {
             group.set_ours_us(Some(us));
             crate::tlog!(
                 debug,
-                "GPU time slice {us} µs on channel group {:#x}",
-                group.object
+                "GPU time slice {us} µs on channel group {:#x} (the control took {} µs)",
+                group.object,
+                tessera_region::monotonic_ns().saturating_sub(started) / 1_000
             );
             Ok(())
         }
