@@ -592,6 +592,10 @@ impl GpuScheduler {
                 shared_window_ns(e.member.priority)
             };
             configure(&e.member.region, gpu, e.member.priority, window_ns);
+            if e.member.region.timeslice_us() != e.member.timeslice_us {
+                e.member.region.set_timeslice_us(e.member.timeslice_us);
+                e.member.note_tampering(Tampering::TIMESLICE);
+            }
             a.set_board_bit(board.and(e.board_bit));
             store_if_changed(&a.share_target_ppm, d.rate_ppm);
             store_if_changed(&a.share_measured_ppm, e.window.share_ppm());
@@ -671,8 +675,13 @@ impl GpuScheduler {
             pieces.push(settle::pieces(&e.pending));
             spans.push(e.pending.clone());
         }
+        let slices: Vec<u64> = self
+            .entries
+            .iter()
+            .map(|e| e.member.slice_in_force_ns())
+            .collect();
         self.replay
-            .advance(&spans, &pieces, horizon, &mut self.settled);
+            .advance(&spans, &pieces, &slices, horizon, &mut self.settled);
         let settled = self.replay.settled_to().unwrap_or(before);
         for &(i, ms, ns) in &self.settled.per_ms {
             if let Some(e) = self.entries.get_mut(i) {
