@@ -20,7 +20,7 @@
 //! figure is the wrapper's own cost rather than a kernel's.
 
 use criterion::{criterion_group, BenchmarkId, Criterion};
-use std::ffi::{c_char, c_int, c_uint, c_void, CStr, CString};
+use std::ffi::{c_char, c_int, c_uint, c_ulong, c_void, CStr, CString};
 use std::hint::black_box;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -49,6 +49,7 @@ type MemAlloc = unsafe extern "C" fn(*mut u64, usize) -> Result;
 type MemFree = unsafe extern "C" fn(u64) -> Result;
 type MemGetInfo = unsafe extern "C" fn(*mut usize, *mut usize) -> Result;
 type Dlsym = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
+type Ioctl = unsafe extern "C" fn(c_int, c_ulong, *mut c_void) -> c_int;
 type GetProcAddress =
     unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64, *mut c_int) -> Result;
 type Init = unsafe extern "C" fn(c_uint) -> Result;
@@ -311,6 +312,32 @@ fn dlsym_routing(c: &mut Criterion) {
     g.finish();
 }
 
+/// A request that is not the driver's, through the C library's `ioctl` and through
+/// libtessera's: what every other `ioctl` of a process pays for the library's look at RM
+/// requests.
+fn ioctl_passthrough(c: &mut Criterion) {
+    let ours: Ioctl = libraries().tessera.get("ioctl");
+    // SAFETY: the C library's own `ioctl`, whose C signature this is (its variadic argument
+    // is the one pointer passed).
+    let libc_ioctl: Ioctl = unsafe {
+        std::mem::transmute::<*mut c_void, Ioctl>(libc::dlsym(libc::RTLD_NEXT, c"ioctl".as_ptr()))
+    };
+    let mut fds = [0; 2];
+    // SAFETY: a valid array of two descriptors.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    let mut g = c.benchmark_group("ioctl");
+    for (side, f) in [("libc", libc_ioctl), ("libtessera", ours)] {
+        g.bench_function(BenchmarkId::new("other", side), |b| {
+            let mut n: c_int = 0;
+            // SAFETY: FIONREAD on our pipe writes one int to a valid pointer.
+            b.iter(|| {
+                black_box(unsafe { f(black_box(fds[0]), libc::FIONREAD, (&raw mut n).cast()) })
+            })
+        });
+    }
+    g.finish();
+}
+
 fn get_proc_address(c: &mut Criterion) {
     let mut g = c.benchmark_group("cuGetProcAddress_v2");
     let symbol: &CStr = c"cuMemAlloc";
@@ -336,6 +363,7 @@ criterion_group!(
     alloc_free,
     mem_get_info,
     dlsym_routing,
+    ioctl_passthrough,
     get_proc_address
 );
 // The stub answers only the driver calls; dlsym and cuGetProcAddress are measured on simgpu.

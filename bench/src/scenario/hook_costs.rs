@@ -104,8 +104,10 @@ const CALLS: [(&str, &str, Option<f64>); 3] = [
     (MEM_INFO, "cuMemGetInfo_v2", None),
 ];
 
-/// Routing, measured on simgpu only (the stub answers driver calls, not lookups).
-const ROUTING: [RowSpec; 3] = [
+/// Routing, measured on simgpu only (the stub answers driver calls, not lookups), and the
+/// `ioctl` every process call makes through the library, for a request that is not the
+/// driver's.
+const ROUTING: [RowSpec; 4] = [
     RowSpec {
         call: "`dlsym`, hooked name (`cuMemAlloc_v2`)",
         group: "dlsym",
@@ -121,6 +123,14 @@ const ROUTING: [RowSpec; 3] = [
         tessera: "unhooked/libtessera",
         direct_is: Some("real `dlsym`"),
         target_ns: Some(100.0),
+    },
+    RowSpec {
+        call: "`ioctl`, not the driver's (`FIONREAD` on a pipe)",
+        group: "ioctl",
+        direct: "other/libc",
+        tessera: "other/libtessera",
+        direct_is: Some("the C library's `ioctl`"),
+        target_ns: Some(20.0),
     },
     RowSpec {
         call: "`cuGetProcAddress_v2` (`cuMemAlloc`, 12000)",
