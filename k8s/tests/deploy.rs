@@ -216,3 +216,138 @@ fn rbac_grants_what_the_extender_calls() {
     };
     assert!(bound_to("tessera-extender") && bound_to("system:kube-scheduler"));
 }
+
+/// Whether every field of `original` is in `typed` with the same value: what the typed
+/// objects of the API (k8s-openapi, the newest version it knows) drop on reading is a field
+/// that version does not have, which a strict API server refuses.
+fn assert_subset(original: &Value, typed: &Value, at: &str) {
+    match (original, typed) {
+        (Value::Object(a), Value::Object(b)) => {
+            for (key, value) in a {
+                let Some(other) = b.get(key) else {
+                    panic!("{at}.{key} is not a field of the API");
+                };
+                assert_subset(value, other, &format!("{at}.{key}"));
+            }
+        }
+        (Value::Array(a), Value::Array(b)) => {
+            assert_eq!(a.len(), b.len(), "{at}");
+            for (i, (x, y)) in a.iter().zip(b).enumerate() {
+                assert_subset(x, y, &format!("{at}[{i}]"));
+            }
+        }
+        _ => assert_eq!(original, typed, "{at}"),
+    }
+}
+
+/// Reads a document into its typed object and back, failing on a field the API lacks.
+fn assert_strict(file: &str, doc: &Value) {
+    use k8s_openapi::api::{apps, core, rbac, resource};
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiextensions;
+    fn again<T: serde::de::DeserializeOwned + serde::Serialize>(doc: &Value) -> Value {
+        let typed: T = serde_json::from_value(doc.clone()).unwrap_or_else(|e| panic!("{e}"));
+        serde_json::to_value(typed).unwrap()
+    }
+    let kind = (doc["apiVersion"].as_str().unwrap(), doc["kind"].as_str().unwrap());
+    let typed = match kind {
+        ("v1", "ConfigMap") => again::<core::v1::ConfigMap>(doc),
+        ("v1", "Namespace") => again::<core::v1::Namespace>(doc),
+        ("v1", "ServiceAccount") => again::<core::v1::ServiceAccount>(doc),
+        ("v1", "Pod") => again::<core::v1::Pod>(doc),
+        ("apps/v1", "DaemonSet") => again::<apps::v1::DaemonSet>(doc),
+        ("apps/v1", "Deployment") => again::<apps::v1::Deployment>(doc),
+        ("rbac.authorization.k8s.io/v1", "ClusterRole") => again::<rbac::v1::ClusterRole>(doc),
+        ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding") => {
+            again::<rbac::v1::ClusterRoleBinding>(doc)
+        }
+        ("apiextensions.k8s.io/v1", "CustomResourceDefinition") => {
+            again::<apiextensions::CustomResourceDefinition>(doc)
+        }
+        ("resource.k8s.io/v1", "DeviceClass") => again::<resource::v1::DeviceClass>(doc),
+        ("resource.k8s.io/v1", "ResourceClaim") => again::<resource::v1::ResourceClaim>(doc),
+        ("resource.k8s.io/v1", "ResourceClaimTemplate") => {
+            again::<resource::v1::ResourceClaimTemplate>(doc)
+        }
+        other => panic!("{file}: no strict check for {other:?}"),
+    };
+    assert_subset(doc, &typed, &format!("{file}: {}", kind.1));
+}
+
+/// The API versions a cluster of the oldest supported version serves: 1.26 for the device
+/// plugin and the extender, 1.34 (resource.k8s.io/v1) for the DRA driver.
+const OLDEST_GROUPS: [&str; 5] = [
+    "v1",
+    "apps/v1",
+    "rbac.authorization.k8s.io/v1",
+    "apiextensions.k8s.io/v1",
+    "resource.k8s.io/v1",
+];
+
+#[test]
+fn every_manifest_is_strictly_valid() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy");
+    let mut files: Vec<String> = Vec::new();
+    for sub in ["", "dra/"] {
+        let Ok(entries) = std::fs::read_dir(dir.join(sub)) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().to_string();
+            if name.ends_with(".yaml") {
+                files.push(format!("{sub}{name}"));
+            }
+        }
+    }
+    files.sort();
+    assert!(files.len() >= 4, "{files:?}");
+    for file in &files {
+        for doc in documents(file) {
+            let group = doc["apiVersion"].as_str().unwrap();
+            assert!(OLDEST_GROUPS.contains(&group), "{file}: {group}");
+            // DRA's objects only under dra/, which says it needs 1.34.
+            assert_eq!(group == "resource.k8s.io/v1", file.starts_with("dra/"), "{file}");
+            assert_strict(file, &doc);
+        }
+    }
+}
+
+#[test]
+fn the_node_shares_the_host_pid_namespace_and_every_container_has_a_probe() {
+    for file in ["node.yaml", "scheduler.yaml"] {
+        for doc in documents(file) {
+            let Some(pod) = doc["spec"]["template"]["spec"].as_object() else {
+                continue;
+            };
+            if file == "node.yaml" {
+                // The watchdog links NVML's host pids to regions through the host's /proc.
+                assert_eq!(pod["hostPID"], true, "{file}");
+            }
+            for c in pod["containers"].as_array().unwrap() {
+                let name = c["name"].as_str().unwrap();
+                let probe = &c["livenessProbe"];
+                assert!(probe.is_object(), "{file}: {name} has no liveness probe");
+                // A kubelet's HTTP probe goes to the pod's address: the port must be served
+                // on every address, not only on 127.0.0.1.
+                if let Some(port) = probe["httpGet"]["port"].as_str() {
+                    let Some(number) = c["ports"]
+                        .as_array()
+                        .and_then(|ports| ports.iter().find(|p| p["name"] == port))
+                        .and_then(|p| p["containerPort"].as_u64())
+                    else {
+                        continue;
+                    };
+                    if name == "extender" {
+                        let command: Vec<&str> = c["command"]
+                            .as_array()
+                            .unwrap()
+                            .iter()
+                            .map(|a| a.as_str().unwrap())
+                            .collect();
+                        let at = command.iter().position(|a| *a == "--health-listen").unwrap();
+                        assert_eq!(command[at + 1], format!("0.0.0.0:{number}"), "{file}");
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,6 +1,8 @@
 //! The extender over HTTP, as kube-scheduler calls it: `POST /filter`, `/prioritize`,
 //! `/bind`, `/preempt` (the scheduler's `urlPrefix` is the address; the verb names are the
-//! paths), and `GET /healthz` for the Deployment's probes.
+//! paths), and `GET /healthz` (ready: the cluster is read) and `GET /livez` (serving) for
+//! the Deployment's probes, also served alone on an address of their own
+//! ([`health_router`]) where the kubelet can reach them and the verbs are not exposed.
 //!
 //! A body that cannot be read is answered, where the protocol has an `Error` field (filter,
 //! bind), with that field set and status 200, so that kube-scheduler shows the message on
@@ -28,6 +30,15 @@ pub fn router(extender: Arc<Extender>) -> Router {
         .route("/bind", post(bind))
         .route("/preempt", post(preempt))
         .route("/healthz", get(healthz))
+        .route("/livez", get(livez))
+        .with_state(extender)
+}
+
+/// The probes alone.
+pub fn health_router(extender: Arc<Extender>) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/livez", get(livez))
         .with_state(extender)
 }
 
@@ -84,6 +95,10 @@ async fn preempt(State(extender): State<Arc<Extender>>, body: Bytes) -> Response
         Ok(result) => Json(result).into_response(),
         Err(message) => bad_request(message),
     }
+}
+
+async fn livez() -> &'static str {
+    "ok"
 }
 
 async fn healthz(State(extender): State<Arc<Extender>>) -> Response {

@@ -8,7 +8,7 @@ use serde_json::Value;
 /// The table for these objects: `NAME` and each printer column, one row per object,
 /// columns padded as kubectl pads them. A field that is not set prints `<none>`.
 pub fn table(objects: &[Value]) -> String {
-    let crd = GPU::crd();
+    let crd = super::crd();
     let columns: Vec<(String, String)> = crd
         .spec
         .versions
