@@ -14,7 +14,11 @@
 #    has, and with the builds already installed under target/ (torch-default, torch-cu12);
 #    nothing is downloaded;
 # 4. the isolation scenarios of tessera-bench on the real driver (TESSERA_BENCH_DRIVER=system:
-#    ground truth from the workloads' own progress, memory from NVML), which need no simgpu.
+#    ground truth from the workloads' own progress, memory from NVML), which need no simgpu;
+# 5. the GPU's own time slices as a lever: an online process beside an offline one whose
+#    channel groups run the driver's slices, then 100 µs (libtessera.so with
+#    TESSERA_TIMESLICE, as root and, where one can be taken, as an unprivileged user), with
+#    gpuload on both sides and with PyTorch on both sides where python3 has it.
 #
 # It writes OUTDIR/report.md (every failing check named), OUTDIR/results.json and the raw
 # output of every step, and is sized to finish within 8 minutes, build included: each
@@ -122,7 +126,7 @@ if [[ -n $driver_dir ]]; then
     export SIMGPU_STATE=$work/simgpu.state
 fi
 # Nothing of an outer Tessera applies to the measurements.
-unset LD_PRELOAD TESSERA_REGION TESSERA_MEMORY_LIMIT TESSERA_COMPUTE
+unset LD_PRELOAD TESSERA_REGION TESSERA_MEMORY_LIMIT TESSERA_COMPUTE TESSERA_TIMESLICE
 
 # --- Build ---------------------------------------------------------------------------------
 
@@ -245,6 +249,67 @@ done
 # --- 1: the time slice ---------------------------------------------------------------------
 
 run slice 120 "$gpuload" slice "${slice_args[@]}"
+
+# --- 5: the GPU's own time slices as a lever -------------------------------------------------
+
+# The H200 experiment of docs/compute-sharing.md: an offline process of 2 ms kernels, 8 in
+# flight, beside an online one sending requests of ten 0.5 ms kernels 20 times a second;
+# the online process alone, beside the offline one bare, and beside it under libtessera.so
+# with its channel groups at 100 µs (its log says what the driver answered, and what each
+# control took). As an unprivileged user where this runs as root and setpriv is at hand:
+# the programs are copied where that user may run them.
+if [[ $quick == 1 ]]; then lever_s=3; else lever_s=6; fi
+lever_online=(infer --rate 20 --kernels 10 --kernel-ms 0.5 --seconds "$lever_s")
+lever_offline=(train --kernel-ms 2 --window 8 --seconds $((lever_s + 3)))
+rm -f "$out"/lever-*.json "$out"/lever-*.err
+# lever NAME PREFIX...: the offline side run under PREFIX, the online side bare beside it.
+lever() {
+    local name=$1
+    shift
+    say "lever-$name"
+    "$@" "$gpuload" "${lever_offline[@]}" >"$out/lever-$name-offline.json" \
+        2>"$out/lever-$name-offline.err" &
+    local offline=$!
+    sleep 1.5
+    timeout --kill-after=10 60 "$gpuload" "${lever_online[@]}" >"$out/lever-$name-online.json" \
+        2>"$out/lever-$name-online.err" || broken=1
+    wait "$offline" || broken=1
+}
+lever_env=(env LD_PRELOAD="$bins/libtessera.so" TESSERA_TIMESLICE=100us TESSERA_LOG=debug)
+run lever-alone-online 60 "$gpuload" "${lever_online[@]}"
+lever bare
+lever root "${lever_env[@]}"
+if [[ -z $driver_dir && $(id -u) == 0 ]] && command -v setpriv >/dev/null 2>&1; then
+    shared=$(mktemp -d /tmp/tessera-lever.XXXXXX)
+    cp "$gpuload" "$bins/libtessera.so" "$shared/"
+    chmod 755 "$shared" "$shared/gpuload" "$shared/libtessera.so"
+    lever user setpriv --reuid=65534 --regid=65534 --clear-groups \
+        env LD_PRELOAD="$shared/libtessera.so" TESSERA_TIMESLICE=100us TESSERA_LOG=debug \
+        HOME=/tmp
+    rm -rf "$shared"
+fi
+# PyTorch on both sides, where python3 has it and sees the GPU.
+torch_pair=$root/bench/torch_pair.py
+if [[ -z $driver_dir ]] && python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' \
+    >/dev/null 2>&1; then
+    torch_lever() {
+        local name=$1
+        shift
+        say "lever-torch-$name"
+        "$@" python3 "$torch_pair" train $((lever_s + 6)) >"$out/lever-torch-$name-offline.json" \
+            2>"$out/lever-torch-$name-offline.err" &
+        local offline=$!
+        sleep 5
+        timeout --kill-after=10 90 python3 "$torch_pair" serve "$lever_s" \
+            >"$out/lever-torch-$name-online.json" 2>"$out/lever-torch-$name-online.err" || broken=1
+        wait "$offline" || broken=1
+    }
+    run lever-torch-alone-online 90 python3 "$torch_pair" serve "$lever_s"
+    torch_lever bare env
+    torch_lever root "${lever_env[@]}"
+else
+    say "lever with PyTorch: skipped (no PyTorch that sees the GPU, or a driver folder)"
+fi
 
 # --- 3: PyTorch on the real driver ----------------------------------------------------------
 
@@ -442,6 +507,61 @@ for s in scenarios:
         if len(row) >= 7 and row[-1] == "FAIL":
             failing.append("%s: %s: target %s, measured %s" % (s["name"], row[2], row[3],
                                                               row[4]))
+
+
+def lever_side(name):
+    """What one run of the lever step left: the online figures, the offline ones, and the
+    library's lines about the slice."""
+    online, offline = load(name + "-online"), load(name + "-offline")
+    said = [l for l in log_lines(name + "-offline.err") if "time slice" in l]
+    return {"online": online, "offline": offline, "said": said}
+
+
+LEVER_BUSY = 20 * 10 * 0.5 / 1000  # the online side's share of the GPU: 20/s x 10 x 0.5 ms
+lever = {"alone": load("lever-alone-online")}
+for who in ("bare", "root", "user"):
+    if os.path.exists(os.path.join(out, "lever-%s-online.json" % who)):
+        lever[who] = lever_side("lever-" + who)
+torch_lever = {"alone": load("lever-torch-alone-online")}
+for who in ("bare", "root"):
+    if os.path.exists(os.path.join(out, "lever-torch-%s-online.json" % who)):
+        torch_lever[who] = lever_side("lever-torch-" + who)
+
+
+def ratio(side, alone, key):
+    try:
+        return side["online"][key] / alone[key]
+    except (TypeError, KeyError, ZeroDivisionError):
+        return None
+
+
+def idle_use(side):
+    """The offline gpuload's use of the time the online side leaves idle."""
+    try:
+        return side["offline"]["kernels_per_s"] * 0.002 / (1 - LEVER_BUSY)
+    except (TypeError, KeyError):
+        return None
+
+
+for who in ("root", "user"):
+    side = lever.get(who)
+    if not side:
+        continue
+    p99 = ratio(side, lever["alone"], "p99_ms")
+    if p99 is None or p99 > 1.10:
+        failing.append("lever (%s): gpuload online p99 beside offline at 100 µs: %s × alone, "
+                       "target ≤ 1.10 ×" % (who, "?" if p99 is None else "%.2f" % p99))
+    use = idle_use(side)
+    if use is None or use < 0.80:
+        failing.append("lever (%s): offline use of the idle time %s, target ≥ 80 %%" % (
+            who, "?" if use is None else "%.0f %%" % (use * 100)))
+if torch_lever.get("root"):
+    p99 = ratio(torch_lever["root"], torch_lever["alone"], "p99_ms")
+    if p99 is None or p99 > 1.10:
+        failing.append("lever (root): PyTorch service p99 beside PyTorch training at 100 µs: "
+                       "%s × alone, target ≤ 1.10 ×" % ("?" if p99 is None else "%.2f" % p99))
+results["lever"] = {"gpuload": lever, "torch": torch_lever}
+
 results["failing"] = failing
 with open(os.path.join(out, "results.json"), "w") as f:
     json.dump(results, f, indent=2)
@@ -538,6 +658,57 @@ for key, label in CALLS:
     m = cost(probe_rounds["probe-tessera-limit"], key)
     L.append("| %s | %s | %s | %s | %s | %s |" % (label, ns(b), ns(t), added(b, t), ns(m),
                                                   added(b, m)))
+L.append("")
+L.append("## Online beside offline: the GPU's own time slices\n")
+L.append("An offline `gpuload train` (2 ms kernels, 8 in flight) beside an online `gpuload "
+         "infer` (requests of ten 0.5 ms kernels, 20 a second): the online side alone, "
+         "beside the offline side bare (its channel groups at the driver's slices), and "
+         "beside it under `libtessera.so` with `TESSERA_TIMESLICE=100us`, as root and as an "
+         "unprivileged user. The offline side's use of the time the online side leaves idle "
+         "is its kernels per second × 2 ms over %.0f %%. What the library said of the slice "
+         "(its log at debug) is beside.\n" % ((1 - LEVER_BUSY) * 100))
+
+
+def x(v):
+    return "—" if v is None else "%.2f ×" % v
+
+
+def said(side):
+    lines = side.get("said") or []
+    return "; ".join(l.split(": ", 2)[-1] for l in lines[:3]).replace("|", "\\|") or "—"
+
+
+if lever.get("alone"):
+    a = lever["alone"]
+    L.append("| offline side | online p50 | online p99 | offline idle use | the library said |")
+    L.append("|---|---:|---:|---:|---|")
+    L.append("| none (alone) | %s | %s | — | — |" % (ms(a.get("p50_ms")), ms(a.get("p99_ms"))))
+    for who, label in (("bare", "bare (driver's slices)"), ("root", "100 µs, root"),
+                       ("user", "100 µs, unprivileged")):
+        side = lever.get(who)
+        if not side:
+            continue
+        use = idle_use(side)
+        L.append("| %s | %s | %s | %s | %s |" % (
+            label, x(ratio(side, a, "p50_ms")), x(ratio(side, a, "p99_ms")),
+            "—" if use is None else "%.0f %%" % (use * 100), said(side) if who != "bare" else "—"))
+else:
+    L.append("The online side alone did not run: see `lever-alone-online.err`.")
+if torch_lever.get("alone"):
+    a = torch_lever["alone"]
+    L.append("")
+    L.append("PyTorch on both sides (`bench/torch_pair.py`: 8192² matmuls back to back; "
+             "requests of eight 64 × 4096 · 4096² layers, 20 a second):\n")
+    L.append("| training side | service p50 | service p99 | training iterations/s |")
+    L.append("|---|---:|---:|---:|")
+    L.append("| none (alone) | %s | %s | — |" % (ms(a.get("p50_ms")), ms(a.get("p99_ms"))))
+    for who, label in (("bare", "bare"), ("root", "100 µs, root")):
+        side = torch_lever.get(who)
+        if side:
+            its = (side.get("offline") or {}).get("iterations_per_s")
+            L.append("| %s | %s | %s | %s |" % (label, x(ratio(side, a, "p50_ms")),
+                                                x(ratio(side, a, "p99_ms")),
+                                                "—" if its is None else "%.1f" % its))
 L.append("")
 L.append("## PyTorch on the real driver\n")
 L.append("`TESSERA_FRAMEWORKS_DRIVER=system TESSERA_FRAMEWORKS_OFFLINE=1 tests/frameworks.sh "

@@ -38,6 +38,10 @@
  * version, spoiled) runs under the environment's memory caps. Unset, its cap is 0 bytes on
  * every device: allocations fail with out-of-memory, never uncapped. */
 #define TESSERA_ENV_REGION_FALLBACK "TESSERA_REGION_FALLBACK"
+/* Standalone time slice for the process's channel groups on the GPU, like "100us" or
+ * "2ms" (1us..1s), when no controld manages its region: short slices get an offline
+ * process out of the way of others' work within that time. */
+#define TESSERA_ENV_TIMESLICE "TESSERA_TIMESLICE"
 
 /* ---- Region layout, version 2 ---- */
 
@@ -69,6 +73,14 @@
 /* tessera_compute_account.priority values. */
 #define TESSERA_PRIORITY_ONLINE 0u
 #define TESSERA_PRIORITY_OFFLINE 1u
+/* tessera_header.timeslice_state values: nothing asked or done yet; in force on the channel
+ * groups seen; none of the driver's channel groups seen; refused by the driver. With a
+ * refusal, timeslice_detail holds the RM status, or an errno plus TESSERA_TIMESLICE_ERRNO. */
+#define TESSERA_TIMESLICE_NONE 0u
+#define TESSERA_TIMESLICE_SET 1u
+#define TESSERA_TIMESLICE_NO_GROUPS 2u
+#define TESSERA_TIMESLICE_REFUSED 3u
+#define TESSERA_TIMESLICE_ERRNO 0x80000000u
 /* Launches in flight per device when tessera_compute_account.window is 0. */
 #define TESSERA_DEFAULT_WINDOW 256u
 /* Estimated GPU ns in flight per device when tessera_compute_account.window_ns is 0. */
@@ -91,7 +103,11 @@ struct tessera_header {
     char name[TESSERA_NAME_LEN]; /* container name, [a-z0-9][a-z0-9-]{0,62}, NUL-padded */
     uint32_t compute_limited;  /* atomic: bit d set while devices' compute[d].mode != UNLIMITED */
     uint32_t gpus;             /* atomic: bit d for each GPU the container was given; 0 = all */
-    uint8_t reserved[24];      /* zero */
+    uint32_t timeslice_us;     /* atomic: time slice for the container's channel groups, us; 0 = the driver's */
+    uint32_t timeslice_state;  /* atomic: TESSERA_TIMESLICE_* (the library's report) */
+    uint32_t timeslice_detail; /* atomic: groups set, or the driver's status of a refusal */
+    uint32_t timeslice_set_us; /* atomic: the time slice in force on the groups set, us */
+    uint8_t reserved[8];       /* zero */
 };
 
 /* One device's memory account for the whole container; one cache line. */

@@ -1,7 +1,7 @@
-//! What a container is: its name, GPUs, memory cap, compute policy and priority — as the
-//! config declares it, the control API carries it and the daemon keeps it.
+//! What a container is: its name, GPUs, memory cap, compute policy, priority and time slice
+//! — as the config declares it, the control API carries it and the daemon keeps it.
 
-use crate::policy::{ComputePolicy, Priority};
+use crate::policy::{ComputePolicy, Priority, Timeslice};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 use tessera_region::units::{format_size, parse_size};
@@ -24,9 +24,19 @@ pub struct ContainerSpec {
     /// Whether its work preempts offline work.
     #[serde(default)]
     pub priority: Priority,
+    /// Its channel groups' time slice on its GPUs; absent is its priority's
+    /// ([`Timeslice::of_priority`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeslice: Option<Timeslice>,
 }
 
 impl ContainerSpec {
+    /// The time slice its channel groups run with: its own, or its priority's.
+    pub fn timeslice(&self) -> Timeslice {
+        self.timeslice
+            .unwrap_or_else(|| Timeslice::of_priority(self.priority))
+    }
+
     /// The cap of every device slot of its region: its cap on its GPUs, 0 elsewhere.
     pub fn memory_caps(&self) -> [Option<u64>; MAX_DEVICES] {
         let mut caps = [Some(0); MAX_DEVICES];

@@ -10,7 +10,7 @@
 //! declaration is adopted with what its region says, and reported. Everything read from a
 //! region is untrusted: figures are checked and clamped before anyone sees them.
 
-use crate::policy::ComputePolicy;
+use crate::policy::{ComputePolicy, Timeslice};
 use crate::scheduler::{Member, Roster};
 use crate::spec::{ContainerName, ContainerSpec, Gpus, MemorySize};
 use crate::status::{ContainerDevice, ContainerProcess, ContainerStatus, NodeStatus};
@@ -19,7 +19,10 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
-use tessera_region::{limits_path, Limits, Region, RegionError, RegionInit, MAX_DEVICES};
+use tessera_region::units::format_timeslice_us;
+use tessera_region::{
+    limits_path, Limits, Region, RegionError, RegionInit, TimesliceOutcome, MAX_DEVICES,
+};
 
 /// Where a container came from; it decides who may change or remove it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -126,6 +129,9 @@ pub struct SpecChange {
     /// New priority.
     #[serde(default)]
     pub priority: Option<crate::policy::Priority>,
+    /// New time slice.
+    #[serde(default)]
+    pub timeslice: Option<crate::policy::Timeslice>,
 }
 
 /// A new memory cap.
@@ -361,6 +367,7 @@ impl State {
                         m.spec.gpus.as_slice().to_vec(),
                         m.spec.compute,
                         m.spec.priority,
+                        m.spec.timeslice().us(),
                     )
                 })
                 .collect(),
@@ -597,6 +604,9 @@ impl State {
         }
         if let Some(priority) = change.priority {
             spec.priority = priority;
+        }
+        if let Some(timeslice) = change.timeslice {
+            spec.timeslice = Some(timeslice);
         }
         self.replace(spec)?;
         Ok(self.info(name).expect("present"))
@@ -1017,6 +1027,48 @@ fn spec_from_region(name: ContainerName, region: &Region) -> ContainerSpec {
         memory,
         compute: ComputePolicy::BestEffort,
         priority: crate::policy::Priority::Online,
+        timeslice: None,
+    }
+}
+
+/// What a container's library reports of its time slice, in words, and the slice in force.
+fn timeslice_words(outcome: TimesliceOutcome) -> (String, Option<u32>) {
+    let refused = |why: String| format!("not available: {why}; the launch gate alone holds it");
+    match outcome {
+        TimesliceOutcome::Pending => (
+            "not applied yet (no GPU work since it was asked)".into(),
+            None,
+        ),
+        TimesliceOutcome::Set { us, groups } => (
+            format!(
+                "{} on {groups} channel group{}",
+                format_timeslice_us(us),
+                if groups == 1 { "" } else { "s" }
+            ),
+            Some(us),
+        ),
+        TimesliceOutcome::NoGroups => (
+            refused("no channel group of the driver was seen".into()),
+            None,
+        ),
+        TimesliceOutcome::RefusedStatus(status) => (
+            refused(format!(
+                "the driver refused it ({}, {status:#x})",
+                tessera_nvrm::status::name(status)
+            )),
+            None,
+        ),
+        TimesliceOutcome::RefusedErrno(errno) => (
+            refused(format!(
+                "the driver's file refused it ({})",
+                std::io::Error::from_raw_os_error(errno as i32)
+            )),
+            None,
+        ),
+        TimesliceOutcome::Unknown(state) => (
+            format!("unknown (the region holds state {state}, which no library writes)"),
+            None,
+        ),
     }
 }
 
@@ -1103,10 +1155,27 @@ fn container_status(name: &str, m: &Managed, path: &Path) -> ContainerStatus {
             }
         })
         .collect();
+    let timeslice = m.spec.timeslice();
+    let outcome = m.region.timeslice_report().outcome();
+    let (timeslice_state, timeslice_set_us) = match timeslice {
+        Timeslice::Driver => (String::new(), None),
+        Timeslice::Us(_) => timeslice_words(outcome),
+    };
+    let timeslice_unavailable = timeslice != Timeslice::Driver
+        && matches!(
+            outcome,
+            TimesliceOutcome::NoGroups
+                | TimesliceOutcome::RefusedStatus(_)
+                | TimesliceOutcome::RefusedErrno(_)
+        );
     ContainerStatus {
         name: name.to_string(),
         compute: m.spec.compute.to_string(),
         priority: m.spec.priority.to_string(),
+        timeslice: timeslice.to_string(),
+        timeslice_state,
+        timeslice_set_us,
+        timeslice_unavailable,
         region: path.to_path_buf(),
         devices,
         processes,

@@ -47,6 +47,21 @@ pub struct ContainerStatus {
     pub compute: String,
     /// `online` or `offline`.
     pub priority: String,
+    /// Its channel groups' GPU time slice as asked (`100us`, `driver`).
+    #[serde(default)]
+    pub timeslice: String,
+    /// What its processes did of it, in words: `100 µs on 2 channel groups`, or why it is
+    /// not available; empty where the driver's is asked.
+    #[serde(default)]
+    pub timeslice_state: String,
+    /// The time slice in force on its channel groups, in µs; `None` where Tessera set none
+    /// (the driver's is asked, nothing is done yet, or it is not available).
+    #[serde(default)]
+    pub timeslice_set_us: Option<u32>,
+    /// A time slice is asked and its processes could not set it (`timeslice_state` says
+    /// why): the launch gate alone holds the container back.
+    #[serde(default)]
+    pub timeslice_unavailable: bool,
     /// Its region file.
     pub region: PathBuf,
     /// Per GPU it may use.

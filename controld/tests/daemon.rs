@@ -479,12 +479,17 @@ fn cli_errors_are_one_line_that_says_what_to_do() {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } == 0 {
         use std::os::unix::process::CommandExt;
-        let mut cmd = node.command();
+        // A copy anyone may run: built under a umask like 077, the binary is root's alone.
+        let binary = std::env::temp_dir().join(format!("controld-nobody-{}", std::process::id()));
+        std::fs::copy(node.command().get_program(), &binary).unwrap();
+        std::fs::set_permissions(&binary, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let mut cmd = std::process::Command::new(&binary);
         cmd.args(["status", "--state-dir"])
             .arg(node.state_dir())
             .uid(65534)
             .gid(65534);
         let out = tessera_tests::run_with_timeout(&mut cmd, Duration::from_secs(30));
+        let _ = std::fs::remove_file(&binary);
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{err}");
         assert!(err.contains("permission denied"), "{err}");

@@ -65,6 +65,10 @@ fn node() -> NodeStatus {
                 name: "inference".to_string(),
                 compute: "burst:30".to_string(),
                 priority: "online".to_string(),
+                timeslice: "driver".to_string(),
+                timeslice_state: String::new(),
+                timeslice_set_us: None,
+                timeslice_unavailable: false,
                 region: PathBuf::from("/run/tessera/inference.region"),
                 devices: vec![device(0, 2 << 30, Some(8 << 30)), device(1, 0, None)],
                 processes: vec![ContainerProcess {
@@ -81,6 +85,10 @@ fn node() -> NodeStatus {
                 name: "trainer".to_string(),
                 compute: "best-effort".to_string(),
                 priority: "offline".to_string(),
+                timeslice: "100us".to_string(),
+                timeslice_state: "not available: the driver refused it".to_string(),
+                timeslice_set_us: None,
+                timeslice_unavailable: true,
                 region: PathBuf::from("/run/tessera/trainer.region"),
                 devices: vec![ContainerDevice {
                     share_target: None,
@@ -272,6 +280,11 @@ fn the_endpoint_serves_text_a_prometheus_parser_accepts() {
         "tessera_container_watchdog_kills_total",
         &[("container", "trainer")],
         3.0,
+    );
+    expect(
+        "tessera_container_timeslice_unavailable",
+        &[("container", "trainer")],
+        1.0,
     );
     expect("tessera_gpu_utilization_ratio", &[("gpu", "0")], 0.875);
     expect(

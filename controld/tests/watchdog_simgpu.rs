@@ -38,6 +38,10 @@ fn status_of(region: &Region) -> NodeStatus {
             name: region.name().to_string(),
             compute: "best-effort".to_string(),
             priority: "offline".to_string(),
+            timeslice: "driver".to_string(),
+            timeslice_state: String::new(),
+            timeslice_set_us: None,
+            timeslice_unavailable: false,
             region: region.path().unwrap().to_path_buf(),
             devices: vec![ContainerDevice {
                 gpu: 0,

@@ -59,7 +59,14 @@ fn init() -> Option<Container> {
     let region = open_region(&caps)?;
     let region = REGION.get_or_init(|| region);
     local_share::apply(region);
+    crate::rm::lever::apply_env(region);
     Some(Container { region })
+}
+
+/// The container state if it was made already; never makes it (for calls inside other
+/// libraries' requests, where opening files is not ours to do).
+pub(crate) fn peek() -> Option<&'static Container> {
+    CONTAINER.get().and_then(Option::as_ref)
 }
 
 /// The region named by the environment or, without one, a private region with the

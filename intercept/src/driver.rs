@@ -88,6 +88,16 @@ pub(crate) fn handle(lib: Lib) -> Option<NonNull<c_void>> {
     NonNull::new(h)
 }
 
+/// Our handle on `lib` if we have opened it already; never opens it.
+pub(crate) fn opened(lib: Lib) -> Option<NonNull<c_void>> {
+    // Acquire: as in `handle`.
+    let h = lib.slot().load(Ordering::Acquire);
+    if h as usize == FAILED {
+        return None;
+    }
+    NonNull::new(h)
+}
+
 /// Whether `handle` is the app's handle on `lib`. Never loads anything: when we have not
 /// opened `lib` yet, only an already-loaded library is asked for (`RTLD_NOLOAD`), as the
 /// app cannot hold a handle on a library that is not loaded. Runs on the `dlsym` path.

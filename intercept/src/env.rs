@@ -6,7 +6,7 @@ use std::ffi::CStr;
 
 pub(crate) use tessera_region::env::{
     COMPUTE, DEBUG_COUNTERS, LOG, MEMORY_LIMIT, MEMORY_LIMIT_DEVICE, REAL_LIBCUDA, REGION,
-    REGION_FALLBACK, REGION_FALLBACK_ENV,
+    REGION_FALLBACK, REGION_FALLBACK_ENV, TIMESLICE,
 };
 
 /// A variable's value, if it is set and is UTF-8.

@@ -20,4 +20,5 @@ extern "C" fn in_child() {
     crate::fork_lock::after_fork_in_child();
     crate::container::after_fork_in_child();
     crate::compute::after_fork_in_child();
+    crate::rm::after_fork_in_child();
 }

@@ -26,6 +26,7 @@ mod launch;
 mod memory;
 mod nvml_list;
 mod proc_address;
+mod rm;
 mod visibility;
 
 /// Runs when the library is loaded, before the application's `main`: finds the real `dlsym`
@@ -33,6 +34,7 @@ mod visibility;
 #[cfg_attr(test, allow(dead_code))]
 extern "C" fn constructor() {
     driver::c_dlsym::init();
+    rm::init();
     fork::register();
 }
 

@@ -26,6 +26,11 @@ pub const MEMORY_LIMIT_DEVICE: &str = "TESSERA_MEMORY_LIMIT_";
 /// among themselves on every device `controld` does not manage.
 pub const COMPUTE: &str = "TESSERA_COMPUTE";
 
+/// A standalone time slice for the channel groups of the container's processes, like
+/// `100us` (see [`crate::units::parse_timeslice_us`]), enforced by each process on its own
+/// channel groups when `controld` does not manage its region.
+pub const TIMESLICE: &str = "TESSERA_TIMESLICE";
+
 /// The real driver to load instead of `libcuda.so.1`: a file name or a path.
 pub const REAL_LIBCUDA: &str = "TESSERA_REAL_LIBCUDA";
 
@@ -42,7 +47,7 @@ pub const DEBUG_COUNTERS: &str = "TESSERA_DEBUG_COUNTERS";
 pub const PRELOAD: &str = "TESSERA_PRELOAD";
 
 /// The variables `include/tessera.h` declares, in its order.
-pub const HEADER: [&str; 7] = [
+pub const HEADER: [&str; 8] = [
     REGION,
     MEMORY_LIMIT,
     COMPUTE,
@@ -50,6 +55,7 @@ pub const HEADER: [&str; 7] = [
     STATE_DIR,
     LOG,
     REGION_FALLBACK,
+    TIMESLICE,
 ];
 
 /// How much to say, as [`LOG`] names it; each level includes the ones before it. The same

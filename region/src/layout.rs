@@ -31,6 +31,18 @@ pub const LOCK_BASE: i64 = 1 << 40;
 /// other's memory): the first byte past the slots' liveness bytes.
 pub const MEASURE_LOCK: i64 = LOCK_BASE + MAX_PROCESSES as i64;
 
+/// [`Header::timeslice_state`]: nothing asked, or no process has acted on it yet.
+pub const TIMESLICE_NONE: u32 = 0;
+/// [`Header::timeslice_state`]: the time slice is in force on the channel groups seen.
+pub const TIMESLICE_SET: u32 = 1;
+/// [`Header::timeslice_state`]: a process launched work, and its driver's channel groups
+/// were never seen (a driver whose requests are not the RM's, or not made through `ioctl`).
+pub const TIMESLICE_NO_GROUPS: u32 = 2;
+/// [`Header::timeslice_state`]: the driver refused the time slice.
+pub const TIMESLICE_REFUSED: u32 = 3;
+/// Added to an errno in [`Header::timeslice_detail`], to tell it from an RM status.
+pub const TIMESLICE_ERRNO: u32 = 0x8000_0000;
+
 /// [`ComputeAccount::mode`]: compute is not limited; launches take the fast path.
 pub const COMPUTE_UNLIMITED: u32 = 0;
 /// [`ComputeAccount::mode`]: `controld` refills the bucket and sets blocks.
@@ -94,8 +106,21 @@ pub struct Header {
     /// region made without a daemon). Written by `controld` with the caps; the library shows
     /// the container these devices only (device count, ordinals, NVML).
     pub gpus: AtomicU32,
+    /// The time slice the GPU should give the container's channel groups, in µs; 0 for the
+    /// driver's own. Written by `controld` (or by the library for `TESSERA_TIMESLICE`); the
+    /// library sets it on each channel group its processes' driver makes.
+    pub timeslice_us: AtomicU32,
+    /// What the library last did about `timeslice_us`: one of the `TIMESLICE_*` states.
+    /// Written by the library, read by `controld` for status; evidence only.
+    pub timeslice_state: AtomicU32,
+    /// With [`TIMESLICE_SET`], the channel groups set; with [`TIMESLICE_REFUSED`], the
+    /// driver's status (an RM status, or an errno with [`TIMESLICE_ERRNO`] added). Written
+    /// by the library.
+    pub timeslice_detail: AtomicU32,
+    /// The time slice in force on the channel groups set, in µs. Written by the library.
+    pub timeslice_set_us: AtomicU32,
     /// Zero; room for later fields without a new header size.
-    pub reserved: [u8; 24],
+    pub reserved: [u8; 8],
 }
 
 /// One device's memory account for the whole container, alone on its cache line: every
@@ -317,7 +342,11 @@ const _: () = assert!(offset_of!(Header, ready) == 28);
 const _: () = assert!(offset_of!(Header, name) == 32);
 const _: () = assert!(offset_of!(Header, compute_limited) == 96);
 const _: () = assert!(offset_of!(Header, gpus) == 100);
-const _: () = assert!(offset_of!(Header, reserved) == 104);
+const _: () = assert!(offset_of!(Header, timeslice_us) == 104);
+const _: () = assert!(offset_of!(Header, timeslice_state) == 108);
+const _: () = assert!(offset_of!(Header, timeslice_detail) == 112);
+const _: () = assert!(offset_of!(Header, timeslice_set_us) == 116);
+const _: () = assert!(offset_of!(Header, reserved) == 120);
 const _: () = assert!(size_of::<DeviceAccount>() == 64);
 const _: () = assert!(offset_of!(DeviceAccount, memory_used) == 8);
 const _: () = assert!(offset_of!(DeviceAccount, context_bytes) == 16);
@@ -411,6 +440,10 @@ pub fn describe() -> Vec<FieldLayout> {
         field!("tessera_header", Header, name),
         field!("tessera_header", Header, compute_limited),
         field!("tessera_header", Header, gpus),
+        field!("tessera_header", Header, timeslice_us),
+        field!("tessera_header", Header, timeslice_state),
+        field!("tessera_header", Header, timeslice_detail),
+        field!("tessera_header", Header, timeslice_set_us),
         field!("tessera_header", Header, reserved),
         whole!("tessera_device_account", DeviceAccount),
         field!("tessera_device_account", DeviceAccount, memory_cap),

@@ -39,6 +39,7 @@ pub mod slicing;
 mod slot;
 mod small_file;
 pub mod spans;
+pub mod timeslice;
 pub mod units;
 
 pub use board::{Board, BOARD_FILE};
@@ -51,6 +52,7 @@ pub use limits::{limits_path, Limits};
 pub use memory::OverCap;
 pub use slot::{ProcessInfo, ProcessSlot};
 pub use spans::BusySpan;
+pub use timeslice::{TimesliceOutcome, TimesliceReport};
 
 use layout::{ComputeAccount, DeviceAccount, RegionLayout, COMPUTE_UNLIMITED};
 use memory::MemoryCap;
@@ -360,6 +362,46 @@ impl Region {
             .header
             .gpus
             .store(gpus.unwrap_or(0), Ordering::Relaxed);
+    }
+
+    /// The time slice the container's channel groups should have, in µs; `None` for the
+    /// driver's own ([`layout::Header::timeslice_us`]).
+    pub fn timeslice_us(&self) -> Option<u32> {
+        // Relaxed: a single word of its own, read afresh whenever it matters; nothing else
+        // is read on the strength of it.
+        let us = self.layout().header.timeslice_us.load(Ordering::Relaxed);
+        (us != 0).then_some(us)
+    }
+
+    /// Asks for `us` as the time slice of the container's channel groups (`None`: the
+    /// driver's own).
+    pub fn set_timeslice_us(&self, us: Option<u32>) {
+        // Relaxed: as in `timeslice_us`.
+        self.layout()
+            .header
+            .timeslice_us
+            .store(us.unwrap_or(0), Ordering::Relaxed);
+    }
+
+    /// What the container's library last reported about the time slice.
+    pub fn timeslice_report(&self) -> TimesliceReport {
+        let h = &self.layout().header;
+        // Relaxed (all): a report for people, written by the library as a whole after the
+        // fact; a torn read mixes two true reports at worst.
+        TimesliceReport {
+            state: h.timeslice_state.load(Ordering::Relaxed),
+            detail: h.timeslice_detail.load(Ordering::Relaxed),
+            set_us: h.timeslice_set_us.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Reports what the library did about the time slice.
+    pub fn report_timeslice(&self, report: TimesliceReport) {
+        let h = &self.layout().header;
+        // Relaxed (all): see `timeslice_report`.
+        h.timeslice_set_us.store(report.set_us, Ordering::Relaxed);
+        h.timeslice_detail.store(report.detail, Ordering::Relaxed);
+        h.timeslice_state.store(report.state, Ordering::Relaxed);
     }
 
     /// What a context costs on device `dev`, as last measured by a process of the container

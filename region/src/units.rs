@@ -1,4 +1,5 @@
-//! Sizes as people write them: `4GiB`, `512m`, `1073741824`. Units are binary.
+//! Sizes as people write them: `4GiB`, `512m`, `1073741824`. Units are binary. And the
+//! GPU time slices of channel groups: `100us`, `2ms`.
 
 /// A size that could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -136,9 +137,86 @@ fn with_decimals(value: u128, decimals: u32, unit: &str) -> String {
     }
 }
 
+/// The shortest time slice Tessera asks of a GPU, in µs.
+pub const TIMESLICE_MIN_US: u32 = 1;
+/// The longest, in µs: a second.
+pub const TIMESLICE_MAX_US: u32 = 1_000_000;
+
+/// A time slice that could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid time slice {input:?}: {reason}; write a whole number with a unit, us, ms or s, from 1us to 1s, e.g. 100us")]
+pub struct TimesliceError {
+    /// What was given.
+    pub input: String,
+    /// What is wrong with it.
+    pub reason: &'static str,
+}
+
+/// Reads a channel group's time slice, in µs: a whole number, then (after optional spaces)
+/// `us` (or `µs`), `ms` or `s`, from [`TIMESLICE_MIN_US`] to [`TIMESLICE_MAX_US`].
+pub fn parse_timeslice_us(input: &str) -> Result<u32, TimesliceError> {
+    let fail = |reason| TimesliceError {
+        input: input.to_string(),
+        reason,
+    };
+    let text = input.trim();
+    let digits_end = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(digits_end);
+    if number.is_empty() {
+        return Err(fail("it does not start with a whole number"));
+    }
+    let per_unit: u64 = match unit.trim_start().to_ascii_lowercase().as_str() {
+        "us" | "µs" => 1,
+        "ms" => 1_000,
+        "s" => 1_000_000,
+        "" => return Err(fail("it has no unit")),
+        _ => return Err(fail("unknown unit")),
+    };
+    let us = number
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(per_unit))
+        .filter(|us| (u64::from(TIMESLICE_MIN_US)..=u64::from(TIMESLICE_MAX_US)).contains(us))
+        .ok_or_else(|| fail("it is out of range"))?;
+    Ok(us as u32)
+}
+
+/// Writes a time slice in µs in the largest unit that keeps it whole: `100us`, `2ms`, `1s`.
+/// [`parse_timeslice_us`] reads it back to the same number.
+pub fn format_timeslice_us(us: u32) -> String {
+    match us {
+        0 => "0us".to_string(),
+        _ if us.is_multiple_of(1_000_000) => format!("{}s", us / 1_000_000),
+        _ if us.is_multiple_of(1_000) => format!("{}ms", us / 1_000),
+        _ => format!("{us}us"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn time_slices_read_and_write_back() {
+        for (text, us) in [
+            ("100us", 100),
+            ("100 µs", 100),
+            (" 2ms", 2_000),
+            ("1s", 1_000_000),
+            ("1us", 1),
+            ("1500us", 1_500),
+        ] {
+            assert_eq!(parse_timeslice_us(text), Ok(us), "{text}");
+            assert_eq!(parse_timeslice_us(&format_timeslice_us(us)), Ok(us));
+        }
+        assert_eq!(format_timeslice_us(2_000), "2ms");
+        for bad in ["", "100", "0us", "2s", "1.5ms", "-1us", "100ns", "ms"] {
+            let e = parse_timeslice_us(bad).unwrap_err();
+            assert!(e.to_string().contains("e.g. 100us"), "{bad}: {e}");
+        }
+    }
 
     #[test]
     fn units_are_binary_and_case_blind() {

@@ -45,6 +45,9 @@ fn program() -> String {
            (unsigned)TESSERA_DEFAULT_WINDOW,
            (unsigned long long)TESSERA_DEFAULT_WINDOW_NS, (unsigned)TESSERA_PPM_ALL,
            (unsigned)TESSERA_SPAN_SLOTS, (unsigned)TESSERA_SPAN_LEN_BITS);
+    printf("TIMESLICE %u %u %u %u %u\n", (unsigned)TESSERA_TIMESLICE_NONE,
+           (unsigned)TESSERA_TIMESLICE_SET, (unsigned)TESSERA_TIMESLICE_NO_GROUPS,
+           (unsigned)TESSERA_TIMESLICE_REFUSED, (unsigned)TESSERA_TIMESLICE_ERRNO);
 "#;
     // One line per variable of the environment contract, by the header's macro for it.
     for name in env::HEADER {
@@ -148,6 +151,17 @@ fn check(output: &str) {
                 layout::PPM_ALL,
                 layout::SPAN_SLOTS,
                 layout::SPAN_LEN_BITS
+            ),
+        ),
+        (
+            "TIMESLICE",
+            format!(
+                "{} {} {} {} {}",
+                layout::TIMESLICE_NONE,
+                layout::TIMESLICE_SET,
+                layout::TIMESLICE_NO_GROUPS,
+                layout::TIMESLICE_REFUSED,
+                layout::TIMESLICE_ERRNO
             ),
         ),
     ];

@@ -21,6 +21,11 @@ pub const ENV_CONTEXT_MEMORY: &str = "SIMGPU_CONTEXT_MEMORY";
 pub const ENV_KERNEL_NS: &str = "SIMGPU_KERNEL_NS";
 /// A file of device indices that the simulated NVML reports lost (see simgpu-nvml's `faults`).
 pub const ENV_FAULTS: &str = "SIMGPU_FAULTS";
+/// How the process's resource manager answers, as some real drivers do: `refuse-timeslice`
+/// (a channel group's time slice cannot be changed: `NV_ERR_INSUFFICIENT_PERMISSIONS`) or
+/// `hidden` (the driver's requests are not made through `ioctl`, so nothing sees its channel
+/// groups). Read by each process at `cuInit`.
+pub const ENV_RM: &str = "SIMGPU_RM";
 
 /// Node-wide tunables, fixed when the node state is created so that all processes agree:
 /// a hardware profile's figures ([`crate::profile`]), some of them overridden by the

@@ -11,6 +11,11 @@
 //! host thread is not lost engine time while the switch is: two saturating processes each
 //! get a slice, then the GPU runs nobody's kernels for a switch, as on a GPU whose
 //! time-slice scheduler alternates contexts. The dead time is charged to nobody.
+//!
+//! Each context has its own time slice: the node's quantum, unless a control on its channel
+//! group set another (`simgpu/cuda`'s resource manager, where the preload library reaches
+//! it). A switch's dead time scales with the shorter of the two slices it lies between
+//! (`tessera_region::slicing::switch_between_ns`, fitted to what an H200 showed).
 
 use crate::clock::{now_ns, sleep_until};
 use crate::node::handoff::pass_engine;
@@ -19,6 +24,7 @@ use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 use std::sync::Mutex;
 use std::time::Duration;
 use tessera_region::futex::{self, Sharing};
+use tessera_region::slicing;
 
 /// How long a waiter sleeps before it checks that the holder is still alive.
 const HOLDER_CHECK_NS: u64 = 10_000_000;
@@ -74,10 +80,10 @@ impl<'p> Engine<'p> {
     fn run_from(&self, ready_ns: Option<u64>, ns: u64) -> Span {
         let mut seat = self.seat.lock().unwrap_or_else(|e| e.into_inner());
         let config = self.process.node().config();
-        let quantum = config.quantum_ns;
+        let quantum = self.process.timeslice(self.device);
         // The engine cannot run work in a past it already spent idle: at most one quantum of
         // lag is allowed, enough to cover the host's wake-up latency.
-        let lag_floor = now_ns().saturating_sub(quantum);
+        let lag_floor = now_ns().saturating_sub(config.quantum_ns);
         let mut ready = match ready_ns {
             Some(r) => r.max(lag_floor),
             None if seat.held => seat.cursor,
@@ -87,7 +93,7 @@ impl<'p> Engine<'p> {
         let mut first = None;
         loop {
             if !seat.held {
-                let start = self.acquire(ready, quantum);
+                let start = self.acquire(ready, quantum, config.quantum_ns);
                 *seat = EngineSeat {
                     held: true,
                     slice_start: start,
@@ -177,7 +183,7 @@ impl<'p> Engine<'p> {
     /// each side, which only sequential consistency keeps from passing each other. The
     /// epoch read before the holder closes the remaining window: any change of holder
     /// after it changes the epoch, so the futex wait returns at once.
-    fn acquire(&self, ready: u64, quantum: u64) -> u64 {
+    fn acquire(&self, ready: u64, slice: u64, quantum: u64) -> u64 {
         let e = &self.state().engine;
         let me = self.me();
         let slot = self.process.slot();
@@ -212,7 +218,11 @@ impl<'p> Engine<'p> {
         // Loaded after the owner (SeqCst): `pass_engine` stores them before it hands over.
         let free_at = match e.last_holder.load(SeqCst) {
             last if last == me => e.handoff_ns.load(SeqCst),
-            _ => e.handoff_ns.load(SeqCst) + e.switch_ns.load(SeqCst),
+            _ => {
+                let between = slice.min(e.last_slice_ns.load(SeqCst));
+                let dead = slicing::switch_between_ns(e.switch_ns.load(SeqCst), quantum, between);
+                e.handoff_ns.load(SeqCst) + dead
+            }
         };
         ready.max(free_at).max(now_ns().saturating_sub(quantum))
     }
@@ -233,7 +243,8 @@ impl<'p> Engine<'p> {
     /// engine time this process stopped, `switch_ns` the dead time before another process's
     /// kernels run.
     fn hand_off(&self, at: u64, switch_ns: u64) {
-        pass_engine(self.state(), self.process.slot(), at, switch_ns);
+        let slice = self.process.timeslice(self.device);
+        pass_engine(self.state(), self.process.slot(), at, switch_ns, slice);
     }
 }
 

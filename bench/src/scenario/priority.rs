@@ -37,6 +37,10 @@ struct InferRun {
     cdf: Vec<(f64, f64)>,
     /// Whether `cdf` holds every request, rather than the quantiles `gpuload infer` reports.
     every_request: bool,
+    /// How far `controld`'s measured share of the background containers lay from the
+    /// ground truth over the second its figure covers, in points (the larger); `None`
+    /// without the daemon.
+    daemon_error_points: Option<f64>,
 }
 
 /// The latency CDF of a `gpuload infer` report: from every request's latency where the
@@ -103,6 +107,8 @@ fn infer_run(
     let online = bed.gpuload(online_name, &args)?;
     let online_pid = online.pid();
     let report = online.finish(phase + Duration::from_secs(60))?;
+    // controld's view of the background containers as the online run ends.
+    let status = if tessera { bed.status().ok() } else { None };
     let offline_window_ms = match background.first() {
         Some((name, _)) if tessera => bed
             .region(name)
@@ -110,7 +116,24 @@ fn infer_run(
             .map(|r| r.compute(0).window_ns_or_default() as f64 / 1e6),
         _ => None,
     };
+    std::thread::sleep(Duration::from_millis(60));
     let trace = sampler.stop()?;
+    let daemon_error_points = status.and_then(|st| {
+        let errors = background.iter().zip(&offline).map(|((name, _), p)| {
+            let c = st["containers"]
+                .as_array()?
+                .iter()
+                .find(|c| c["name"] == *name)?;
+            let measured = c["devices"][0]["share_measured"].as_f64()?;
+            let until = c["devices"][0]["share_measured_until_ns"].as_u64()?;
+            let since = until.saturating_sub(1_000_000_000);
+            let truth = trace.share(&[p.pid()], trace.at(since), trace.at(until));
+            Some((measured - truth).abs() * 100.0)
+        });
+        errors
+            .collect::<Option<Vec<f64>>>()
+            .map(|v| v.into_iter().fold(0.0, f64::max))
+    });
     for p in &mut offline {
         if !p.alive() {
             return Err(ScenarioError::Run(
@@ -144,6 +167,7 @@ fn infer_run(
         offline_window_ms,
         cdf,
         every_request,
+        daemon_error_points,
     })
 }
 
@@ -413,6 +437,17 @@ pub(super) fn demo_mix_rows(
             .map(|&f| pct(f))
             .unwrap_or_default(),
         Some((fixed - 0.20).abs() <= tolerance + 1e-9),
+    );
+    if let Some(e) = mix.daemon_error_points {
+        out.set(&key("daemon_error_points"), e);
+    }
+    out.row(
+        &format!("{label}controld's measure of the trainer and the job vs ground truth"),
+        "± 1 point",
+        mix.daemon_error_points
+            .map_or("—".into(), |e| format!("{e:.2} points")),
+        String::new(),
+        Some(mix.daemon_error_points.is_some_and(|e| e <= 1.0)),
     );
     Ok(())
 }

@@ -54,12 +54,12 @@ pub fn container_list(target: &Target<'_>, as_json: bool) -> Result<i32, CliErro
         return print(&json(&list));
     }
     let mut out = format!(
-        "{:<24} {:<8} {:<12} {:<12} {:<9} {}\n",
-        "NAME", "GPUS", "MEMORY", "COMPUTE", "PRIORITY", "ORIGIN"
+        "{:<24} {:<8} {:<12} {:<12} {:<9} {:<10} {}\n",
+        "NAME", "GPUS", "MEMORY", "COMPUTE", "PRIORITY", "TIMESLICE", "ORIGIN"
     );
     for c in &list {
         out += &format!(
-            "{:<24} {:<8} {:<12} {:<12} {:<9} {}\n",
+            "{:<24} {:<8} {:<12} {:<12} {:<9} {:<10} {}\n",
             c.spec.name,
             c.spec.gpus.to_string(),
             c.spec
@@ -67,6 +67,7 @@ pub fn container_list(target: &Target<'_>, as_json: bool) -> Result<i32, CliErro
                 .map_or("unlimited".to_string(), |m| m.to_string()),
             c.spec.compute.to_string(),
             c.spec.priority.to_string(),
+            c.spec.timeslice().to_string(),
             serde_json::to_value(c.origin)
                 .ok()
                 .and_then(|v| v.as_str().map(str::to_string))
@@ -159,7 +160,7 @@ fn print_container(answer: Answer) -> Result<i32, CliError> {
         return Err(CliError::Unexpected);
     };
     print(&format!(
-        "{}: gpus {}, memory {}, compute {}, priority {}; region {}\n",
+        "{}: gpus {}, memory {}, compute {}, priority {}, time slice {}; region {}\n",
         c.spec.name,
         c.spec.gpus,
         c.spec
@@ -167,6 +168,7 @@ fn print_container(answer: Answer) -> Result<i32, CliError> {
             .map_or("unlimited".to_string(), |m| m.to_string()),
         c.spec.compute,
         c.spec.priority,
+        c.spec.timeslice(),
         c.region.display()
     ))
 }

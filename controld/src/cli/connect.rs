@@ -6,7 +6,7 @@ use super::error::CliError;
 use std::path::{Path, PathBuf};
 use tessera_controld::api::{Answer, Client, Request};
 use tessera_controld::config::{Config, DEFAULT_PATH};
-use tessera_controld::policy::{ComputePolicy, Priority};
+use tessera_controld::policy::{ComputePolicy, Priority, Timeslice};
 use tessera_controld::spec::{ContainerName, ContainerSpec, Gpus, MemorySize};
 use tessera_controld::state::{ContainerInfo, MemoryChange, SpecChange};
 
@@ -66,6 +66,7 @@ impl Limits {
             }),
             compute: change.compute.unwrap_or_default(),
             priority: change.priority.unwrap_or_default(),
+            timeslice: change.timeslice,
         })
     }
 
@@ -83,6 +84,11 @@ impl Limits {
                 .priority
                 .as_deref()
                 .map(str::parse::<Priority>)
+                .transpose()?,
+            timeslice: self
+                .timeslice
+                .as_deref()
+                .map(str::parse::<Timeslice>)
                 .transpose()?,
         })
     }

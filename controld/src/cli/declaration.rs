@@ -130,6 +130,10 @@ pub struct Limits {
     /// online or offline (default online).
     #[arg(long, value_name = "CLASS")]
     pub priority: Option<String>,
+    /// Its GPU time slice, like 100us, or driver for the driver's own (default 100us
+    /// offline, the driver's online).
+    #[arg(long, value_name = "TIME")]
+    pub timeslice: Option<String>,
 }
 
 /// `controld exec`.

@@ -30,7 +30,7 @@ pub enum CliError {
     #[error("--seconds {0}: give a whole number of seconds, like 15")]
     Seconds(String),
     /// `container set` without a change.
-    #[error("nothing to change; give --gpus, --memory, --compute or --priority")]
+    #[error("nothing to change; give --gpus, --memory, --compute, --priority or --timeslice")]
     NothingToChange,
     /// The config file named by `--config`.
     #[error(transparent)]

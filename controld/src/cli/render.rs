@@ -90,6 +90,13 @@ pub fn render_status(status: &NodeStatus) -> String {
             );
         }
     }
+    for c in status
+        .containers
+        .iter()
+        .filter(|c| !c.timeslice_state.is_empty())
+    {
+        out += &format!("  {}: GPU time slice: {}\n", c.name, c.timeslice_state);
+    }
     for u in &status.unmanaged {
         out += &format!(
             "! GPU {}: pid {} holds {} outside every container\n",

@@ -172,7 +172,19 @@ fn container_families(
         }),
     )?;
     type ContainerValue = fn(&ContainerStatus) -> u64;
-    let per_container: [(&str, MetricType, &str, ContainerValue); 4] = [
+    let per_container: [(&str, MetricType, &str, ContainerValue); 6] = [
+        (
+            "tessera_container_timeslice_microseconds",
+            MetricType::Gauge,
+            "The GPU time slice its processes set on their channel groups; 0 where none is set (the driver's is asked, or it is not available).",
+            |c| c.timeslice_set_us.map_or(0, u64::from),
+        ),
+        (
+            "tessera_container_timeslice_unavailable",
+            MetricType::Gauge,
+            "1 where a time slice is asked and its processes could not set it (see `controld status`); the launch gate alone then holds the container back.",
+            |c| u64::from(c.timeslice_unavailable),
+        ),
         (
             "tessera_container_processes",
             MetricType::Gauge,
@@ -309,6 +321,10 @@ mod tests {
                 name: "inference".to_string(),
                 compute: "burst:50".to_string(),
                 priority: "online".to_string(),
+                timeslice: "driver".to_string(),
+                timeslice_state: String::new(),
+                timeslice_set_us: None,
+                timeslice_unavailable: false,
                 region: PathBuf::from("/run/tessera/inference.region"),
                 devices: vec![ContainerDevice {
                     gpu: 0,
@@ -357,6 +373,8 @@ mod tests {
             "tessera_container_problems{container=\"inference\"} 0",
             "tessera_container_region_quarantines_total{container=\"inference\"} 0",
             "tessera_container_watchdog_kills_total{container=\"inference\"} 0",
+            "tessera_container_timeslice_microseconds{container=\"inference\"} 0",
+            "tessera_container_timeslice_unavailable{container=\"inference\"} 0",
             "# TYPE tessera_container_watchdog_kills_total counter",
             "tessera_container_memory_used_bytes{container=\"inference\",gpu=\"0\"} 1073741824",
             "tessera_container_memory_cap_bytes{container=\"inference\",gpu=\"0\"} 8589934592",
@@ -393,7 +411,7 @@ mod tests {
                 );
             }
         }
-        assert_eq!(seen.len(), 20);
+        assert_eq!(seen.len(), 22);
         assert!(text.ends_with('\n'));
     }
 
@@ -410,7 +428,7 @@ mod tests {
         );
         assert_eq!(
             text.lines().filter(|l| l.starts_with("# HELP ")).count(),
-            20
+            22
         );
     }
 }

@@ -145,7 +145,7 @@ fn rebuild(
             last_tick_ns,
             settled: Settled::default(),
             replay,
-            turns: Turns::default(),
+            turns: Default::default(),
         });
     }
     gpus
@@ -160,8 +160,9 @@ pub(super) struct GpuScheduler {
     settled: Settled,
     /// The GPU's time-slicing, replayed over the containers' spans.
     replay: Replay,
-    /// Who of the containers that keep the GPU busy holds it.
-    turns: Turns,
+    /// Who of the containers that keep the GPU busy holds it: the online containers' turns
+    /// and the offline ones' apart (see [`turn_class`]).
+    turns: [Turns; 2],
 }
 
 /// One container on the GPU.
@@ -539,7 +540,22 @@ impl GpuScheduler {
                 }
             })
             .collect();
-        let holder = self.turns.plan(now, tick_ns, &contenders);
+        // Each class takes turns among its own: offline work gives way to online work
+        // whenever that has any, so an offline holder blocked by it must never keep an
+        // online container waiting for the turn.
+        let holders: Vec<Option<usize>> = (0..self.turns.len())
+            .map(|class| {
+                let own: Vec<Contender> = contenders
+                    .iter()
+                    .zip(&self.entries)
+                    .map(|(c, e)| Contender {
+                        saturated: c.saturated && turn_class(e.member.priority) == class,
+                        ..*c
+                    })
+                    .collect();
+                self.turns[class].plan(now, tick_ns, &own)
+            })
+            .collect();
         for (i, ((((e, d), refund), claim), keep)) in self
             .entries
             .iter_mut()
@@ -549,7 +565,7 @@ impl GpuScheduler {
             .zip(&fallback)
             .enumerate()
         {
-            let role = match holder {
+            let role = match holders[turn_class(e.member.priority)] {
                 Some(h) if h == i => Role::Holds,
                 Some(_) if contenders[i].saturated => Role::Waits,
                 _ => Role::Free,
@@ -576,6 +592,10 @@ impl GpuScheduler {
                 shared_window_ns(e.member.priority)
             };
             configure(&e.member.region, gpu, e.member.priority, window_ns);
+            if e.member.region.timeslice_us() != e.member.timeslice_us {
+                e.member.region.set_timeslice_us(e.member.timeslice_us);
+                e.member.note_tampering(Tampering::TIMESLICE);
+            }
             a.set_board_bit(board.and(e.board_bit));
             store_if_changed(&a.share_target_ppm, d.rate_ppm);
             store_if_changed(&a.share_measured_ppm, e.window.share_ppm());
@@ -655,8 +675,13 @@ impl GpuScheduler {
             pieces.push(settle::pieces(&e.pending));
             spans.push(e.pending.clone());
         }
+        let slices: Vec<u64> = self
+            .entries
+            .iter()
+            .map(|e| e.member.slice_in_force_ns())
+            .collect();
         self.replay
-            .advance(&spans, &pieces, horizon, &mut self.settled);
+            .advance(&spans, &pieces, &slices, horizon, &mut self.settled);
         let settled = self.replay.settled_to().unwrap_or(before);
         for &(i, ms, ns) in &self.settled.per_ms {
             if let Some(e) = self.entries.get_mut(i) {
@@ -707,6 +732,14 @@ impl GpuScheduler {
         {
             hand_over(&e.member.region, self.gpu, d.share_ppm);
         }
+    }
+}
+
+/// Which of a GPU's [`Turns`] a container of `priority` takes part in.
+fn turn_class(priority: Priority) -> usize {
+    match priority {
+        Priority::Online => 0,
+        Priority::Offline => 1,
     }
 }
 

@@ -26,7 +26,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 use tessera_region::futex::{self, Sharing};
 use tessera_region::slicing::Slicing;
-use tessera_region::{Region, MAX_DEVICES};
+use tessera_region::{Region, TimesliceOutcome, MAX_DEVICES};
 
 /// Time between two ticks: the scheduler's accounting period, which the library counts
 /// refills ahead by.
@@ -45,6 +45,9 @@ pub struct Member {
     pub policy: ComputePolicy,
     /// Its priority.
     pub priority: Priority,
+    /// The time slice its processes set on their channel groups, in µs; `None` for the
+    /// driver's.
+    pub timeslice_us: Option<u32>,
     /// Set by the tick thread while the container's region claims work but it has made no
     /// progress for a second and has no live process: a crashed process left its `active`
     /// or `inflight` up. Such a container is treated as idle (it must not block offline
@@ -64,6 +67,8 @@ impl Tampering {
     pub const BUCKET: Tampering = Tampering(1);
     /// Its board bit found set while it had no work (cleared): set by another container.
     pub const BOARD: Tampering = Tampering(2);
+    /// The time slice its region asks changed by a process of its own (put back).
+    pub const TIMESLICE: Tampering = Tampering(4);
 
     /// A line for status per kind in `bits`.
     pub fn describe(bits: u32) -> Vec<&'static str> {
@@ -73,6 +78,9 @@ impl Tampering {
         }
         if bits & Tampering::BOARD.0 != 0 {
             lines.push("its bit on the priority board was set while it had no work (by another online container); cleared");
+        }
+        if bits & Tampering::TIMESLICE.0 != 0 {
+            lines.push("the GPU time slice its region asks was changed by a process of its own; put back (its processes, which own their channel groups, can still set another on them)");
         }
         lines
     }
@@ -86,6 +94,7 @@ impl Member {
         gpus: Vec<u32>,
         policy: ComputePolicy,
         priority: Priority,
+        timeslice_us: Option<u32>,
     ) -> Member {
         Member {
             name,
@@ -96,6 +105,7 @@ impl Member {
                 .collect(),
             policy,
             priority,
+            timeslice_us,
             stale: AtomicBool::new(false),
             tampering: AtomicU32::new(0),
         }
@@ -113,12 +123,26 @@ impl Member {
         self.tampering.load(Ordering::Relaxed)
     }
 
+    /// The time slice its channel groups run, for replaying the GPU's slicing, in ns; 0
+    /// for the GPU's own. The one controld asked, where its processes report it set; the
+    /// GPU's otherwise (refused, not yet set, or a report it did not ask: a process can
+    /// claim no other slice than the one asked).
+    pub(crate) fn slice_in_force_ns(&self) -> u64 {
+        match (self.timeslice_us, self.region.timeslice_report().outcome()) {
+            (Some(asked), TimesliceOutcome::Set { us, .. }) if us == asked => {
+                u64::from(asked) * 1_000
+            }
+            _ => 0,
+        }
+    }
+
     fn same_as(&self, other: &Member) -> bool {
         self.name == other.name
             && Arc::ptr_eq(&self.region, &other.region)
             && self.gpus == other.gpus
             && self.policy == other.policy
             && self.priority == other.priority
+            && self.timeslice_us == other.timeslice_us
     }
 
     fn is_stale(&self) -> bool {
@@ -155,6 +179,7 @@ impl Roster {
                         // New or changed: its limits are in its region before this returns,
                         // so before the daemon answers whoever asked for it.
                         gpu::prime(&m.region, &m.gpus, m.policy, m.priority);
+                        m.region.set_timeslice_us(m.timeslice_us);
                         Arc::new(m)
                     })
             })

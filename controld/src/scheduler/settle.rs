@@ -158,12 +158,14 @@ impl Replay {
 
     /// Replays the stamps of `spans[i]` (container `i`'s spans, as they come, overlapping
     /// where its processes' did) up to `horizon`, with `pieces[i]` its busy time ([`pieces`]
-    /// of the same spans), and settles what that decides. Into `out`: what each container
+    /// of the same spans) and `slices[i]` the time slice its channel groups run (ns; 0 or
+    /// absent: the GPU's), and settles what that decides. Into `out`: what each container
     /// held from the last settlement's end to this one's ([`Replay::settled_to`]).
     pub fn advance(
         &mut self,
         spans: &[Vec<BusySpan>],
         pieces: &[Vec<(u64, u64)>],
+        slices: &[u64],
         horizon: u64,
         out: &mut Settled,
     ) {
@@ -192,7 +194,7 @@ impl Replay {
             .unwrap_or(horizon);
         let mut settled = from;
         for stamp in stamps {
-            settled = self.step(stamp, pieces, settled, out);
+            settled = self.step(stamp, pieces, slices, settled, out);
         }
         // A run with no other container's work since it began is its container's alone up
         // to the horizon: settle it there.
@@ -218,10 +220,12 @@ impl Replay {
         &mut self,
         stamp: Stamp,
         pieces: &[Vec<(u64, u64)>],
+        slices: &[u64],
         settled: u64,
         out: &mut Settled,
     ) -> u64 {
         let sl = self.slicing;
+        let slice = |who: usize| slices.get(who).copied().unwrap_or(0);
         let covered_after = |who: usize, at: u64| covers(&pieces[who], at, at + 1);
         let Some(mut r) = self.run else {
             self.run = Some(Run {
@@ -232,11 +236,37 @@ impl Replay {
             });
             return settled;
         };
+        let own = |who: usize| match slice(who) {
+            0 => sl.timeslice_ns,
+            ns => ns,
+        };
         if r.who == stamp.who {
             if stamp.begins && r.drained {
                 // It ran out of work, then got the engine again with new work: a turn of
-                // its own began now.
-                out.give(r.who, r.turn.max(settled), r.last);
+                // its own began now. Up to where it ran out, a neighbour with work took
+                // its turns in between.
+                let n = pieces.len();
+                let other = (0..n)
+                    .find(|&i| i != r.who && covers(&pieces[i], r.last.saturating_sub(1), r.last));
+                let turn = match other {
+                    Some(o) => {
+                        let (a, b) = (own(r.who), own(o));
+                        let sw = sl.switch_between_ns(slice(r.who), slice(o));
+                        let since = piece_start(&pieces[o], r.last).max(r.turn);
+                        let fits = |end: u64| end + 2 * sw + b < r.last;
+                        alternate(out, settled, (r.who, o), (r.turn, since), (a, b, sw), fits).0
+                    }
+                    None => r.turn,
+                };
+                out.give(r.who, turn.max(settled), r.last.max(turn));
+                // Between its running out and its new work, a neighbour with work held the
+                // engine (after a switch each way).
+                let mid = r.last + (stamp.at - r.last) / 2;
+                if let Some(o) = (0..n).find(|&i| i != r.who && covers(&pieces[i], mid, mid + 1)) {
+                    let back = sl.switch_between_ns(slice(o), slice(r.who));
+                    let from = (r.last + sl.idle_switch_ns).max(settled);
+                    out.give(o, from, stamp.at.saturating_sub(back));
+                }
                 r.turn = stamp.at;
             }
             r.last = stamp.at;
@@ -244,19 +274,45 @@ impl Replay {
             self.run = Some(r);
             return settled;
         }
-        // The engine switched from `r.who` to `stamp.who`.
-        let (end, next) = if r.drained {
-            (r.last, (r.last + sl.idle_switch_ns).min(stamp.at))
+        // The engine switched from `r.who` to `stamp.who`. Where `stamp.who` had work
+        // during `r.who`'s run (its piece began before), the engine alternated, a slice of
+        // `r.who`'s and one of its, up to `r.who`'s last turn: those turns are given as
+        // they went. Then `r.who`'s last turn ends where it ran out of work, where
+        // `stamp.who`'s work began, or after its slice.
+        let switch_ns = sl.switch_between_ns(slice(r.who), slice(stamp.who));
+        let (a, b) = (own(r.who), own(stamp.who));
+        let since = piece_start(&pieces[stamp.who], stamp.at).max(r.turn);
+        // Whether another round fits after an `r.who` turn ending at `end`: its turn, then
+        // `r.who`'s next one, before `r.who`'s last stamp (it ran out of work there) or
+        // before `stamp.who`'s last turn.
+        let fits = |end: u64| {
+            if r.drained {
+                end + 2 * switch_ns + b < r.last
+            } else {
+                !stamp.begins && end + 3 * switch_ns + b + a <= stamp.at
+            }
+        };
+        let (turn, end) = alternate(
+            out,
+            settled,
+            (r.who, stamp.who),
+            (r.turn, since),
+            (a, b, switch_ns),
+            fits,
+        );
+        let (start, end, next) = if r.drained {
+            let end = r.last.max(turn);
+            (turn, end, (end + sl.idle_switch_ns).min(stamp.at))
         } else {
-            let latest = stamp.at.saturating_sub(sl.switch_ns).max(r.last);
+            let latest = stamp.at.saturating_sub(switch_ns).max(r.last).max(turn);
             let end = if stamp.begins {
                 latest
             } else {
-                (r.turn + sl.timeslice_ns).clamp(r.last, latest)
+                end.clamp(r.last.max(turn), latest)
             };
-            (end, (end + sl.switch_ns).min(stamp.at))
+            (turn, end, (end + switch_ns).min(stamp.at))
         };
-        out.give(r.who, r.turn.max(settled), end);
+        out.give(r.who, start.max(settled), end);
         let turn = if stamp.begins { stamp.at } else { next };
         self.run = Some(Run {
             who: stamp.who,
@@ -265,6 +321,46 @@ impl Replay {
             drained: !covered_after(stamp.who, stamp.at),
         });
         settled.max(end.min(turn))
+    }
+}
+
+/// Gives the turns of `who` (first) and `other` as the engine alternated them from `turn`,
+/// `other` having had work from `since`: `who` a slice of `a` (at least up to `since`), a
+/// switch, `other` one of `b`, a switch, while `fits` holds for the end of `who`'s turn.
+/// Returns where `who`'s last turn began and where its slice would end.
+fn alternate(
+    out: &mut Settled,
+    settled: u64,
+    (who, other): (usize, usize),
+    (turn, since): (u64, u64),
+    (a, b, switch_ns): (u64, u64, u64),
+    fits: impl Fn(u64) -> bool,
+) -> (u64, u64) {
+    let (mut turn, mut end) = (turn, (turn + a).max(since));
+    let mut rounds = 0;
+    while fits(end) && rounds < MAX_ROUNDS {
+        out.give(who, turn.max(settled), end);
+        let theirs = end + switch_ns;
+        out.give(other, theirs.max(settled), theirs + b);
+        turn = theirs + b + switch_ns;
+        end = turn + a;
+        rounds += 1;
+    }
+    (turn, end)
+}
+
+/// The most alternations of two containers' turns replayed between two stamps; a longer
+/// stretch (a region's spans made up to cost the daemon work) is given to the one that held
+/// the engine last.
+const MAX_ROUNDS: u32 = 1_000;
+
+/// Where the piece of `pieces` (sorted, disjoint) that ends at or covers `at` began; `at`
+/// itself if none does.
+fn piece_start(pieces: &[(u64, u64)], at: u64) -> u64 {
+    let i = pieces.partition_point(|p| p.1 < at);
+    match pieces.get(i) {
+        Some(p) if p.0 <= at => p.0,
+        _ => at,
     }
 }
 
@@ -355,9 +451,14 @@ mod tests {
 
     /// Replays `spans` in one settlement up to `horizon`.
     fn run(spans: &[Vec<BusySpan>], horizon: u64) -> Settled {
+        run_sliced(spans, &[], horizon)
+    }
+
+    /// Like [`run`], with the containers' own slices.
+    fn run_sliced(spans: &[Vec<BusySpan>], slices: &[u64], horizon: u64) -> Settled {
         let pieces: Vec<Vec<(u64, u64)>> = spans.iter().map(|v| pieces(v)).collect();
         let mut out = Settled::default();
-        Replay::new(H200).advance(spans, &pieces, horizon, &mut out);
+        Replay::new(H200).advance(spans, &pieces, slices, horizon, &mut out);
         out
     }
 
@@ -382,8 +483,21 @@ mod tests {
     /// (a kernel cut by the slice ends in its container's next turn). Returns each one's
     /// spans (a kernel each, from its start to its end) and the time it held the engine.
     fn round_robin(kernel: &[u64], turns: usize) -> (Vec<Vec<BusySpan>>, Vec<u64>, u64) {
-        let (t, d) = (H200.timeslice_ns, H200.switch_ns);
+        round_robin_sliced(kernel, &vec![0; kernel.len()], turns)
+    }
+
+    /// Like [`round_robin`], each container's turns as long as its own slice (`slices[i]`,
+    /// 0 for the GPU's), a switch costing what the two slices around it make it.
+    fn round_robin_sliced(
+        kernel: &[u64],
+        slices: &[u64],
+        turns: usize,
+    ) -> (Vec<Vec<BusySpan>>, Vec<u64>, u64) {
         let n = kernel.len();
+        let own = |who: usize| match slices[who] {
+            0 => H200.timeslice_ns,
+            ns => ns,
+        };
         let mut spans = vec![vec![]; n];
         let mut held = vec![0; n];
         // Per container: its kernel in progress (start, work left).
@@ -391,7 +505,7 @@ mod tests {
         let mut at = 0;
         for turn in 0..turns {
             let who = turn % n;
-            let end = at + t;
+            let end = at + own(who);
             let mut now = at;
             while now < end {
                 let (start, left) = current[who].unwrap_or((now, kernel[who]));
@@ -404,8 +518,8 @@ mod tests {
                     current[who] = Some((start, left - run));
                 }
             }
-            held[who] += t;
-            at = end + d;
+            held[who] += own(who);
+            at = end + H200.switch_between_ns(slices[who], slices[(turn + 1) % n]);
         }
         (spans, held, at)
     }
@@ -422,6 +536,48 @@ mod tests {
             for (who, (&got, &want)) in s.attributed.iter().zip(&held).enumerate() {
                 assert!(
                     got.abs_diff(want) <= want / 50,
+                    "kernels {kernel:?}, {who}: {got} vs {want}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_container_of_short_slices_is_given_its_short_turns() {
+        // Offline work in 100 µs slices beside online work in the GPU's: the short one
+        // held the engine about a twentieth of the time, and is charged that, not half,
+        // though most of its turns end no kernel (its 500 µs kernels take five).
+        let slices = [100_000, 0];
+        let (spans, held, end) = round_robin_sliced(&[500_000, 300_000], &slices, 200);
+        let s = run_sliced(&spans, &slices, end);
+        for (who, (&got, &want)) in s.attributed.iter().zip(&held).enumerate() {
+            assert!(
+                got.abs_diff(want) <= want / 20,
+                "{who}: {got} vs {want} ({:?})",
+                s.attributed
+            );
+        }
+        // Replayed as if both ran the GPU's slices, the short one pays for far more.
+        let wrong = run(&spans, end);
+        assert!(wrong.attributed[0] > 3 * held[0], "{:?}", wrong.attributed);
+    }
+
+    #[test]
+    fn two_containers_of_short_slices_are_charged_what_they_held() {
+        // Both offline at 100 µs: most turns of the long kernels end none, and the short
+        // kernels' container runs out of work at the end of each turn of its.
+        let slices = [100_000, 100_000];
+        for kernel in [
+            [1_000_000, 2_000_000],
+            [500_000, 300_000],
+            [2_000_000, 50_000],
+            [50_000, 2_000_000],
+        ] {
+            let (spans, held, end) = round_robin_sliced(&kernel, &slices, 400);
+            let s = run_sliced(&spans, &slices, end);
+            for (who, (&got, &want)) in s.attributed.iter().zip(&held).enumerate() {
+                assert!(
+                    got.abs_diff(want) <= want * 3 / 20,
                     "kernels {kernel:?}, {who}: {got} vs {want}"
                 );
             }
@@ -454,7 +610,7 @@ mod tests {
         let mut total = [0u64; 2];
         let mut out = Settled::default();
         for h in (5..=100).step_by(5) {
-            replay.advance(&spans, &pieces, h * MS, &mut out);
+            replay.advance(&spans, &pieces, &[], h * MS, &mut out);
             total[0] += out.attributed[0];
             total[1] += out.attributed[1];
         }

@@ -14,7 +14,10 @@
 //! whether it holds the turn or not); the GPU switches once a turn instead of every slice.
 //!
 //! Only containers that keep the GPU busy take turns: work that comes and goes (an online
-//! service's requests) never waits for a turn, and the GPU's own slicing shares it.
+//! service's requests) never waits for a turn, and the GPU's own slicing shares it. Online
+//! and offline containers take turns apart, each class among its own: a blocked offline
+//! holder keeps its turn while online work runs, and must not hold up an online container
+//! that keeps the GPU busy too.
 
 /// Ticks in a row with work after which a container takes turns.
 pub const SATURATED_TICKS: u32 = 4;

@@ -399,6 +399,10 @@ mod tests {
             name: name.to_string(),
             compute: "best-effort".to_string(),
             priority: "offline".to_string(),
+            timeslice: "100us".to_string(),
+            timeslice_state: "100us on 1 channel group".to_string(),
+            timeslice_set_us: Some(100),
+            timeslice_unavailable: false,
             region: PathBuf::from(format!("/nonexistent/{name}.region")),
             devices: vec![ContainerDevice {
                 gpu: 0,

@@ -116,7 +116,7 @@ fn wait_for_admission(
     alone: bool,
 ) -> Option<Admission> {
     let acct = region.compute(device);
-    raise_active(acct, device);
+    raise_active(region, acct, device);
     let mut waiting_since = None;
     let admitted = loop {
         if !acct.is_limited() {
@@ -162,6 +162,10 @@ fn wait_for_admission(
                 }
             }
             Err(Refusal::Blocked | Refusal::Empty) => {
+                // A launch that waits: a changed time slice reaches the channel groups now
+                // too, so that it reaches a container that is never idle (one load when
+                // nothing changed).
+                crate::rm::lever::sync(region);
                 acct.wait_gate(seen, WAIT_NS);
             }
         }
@@ -169,7 +173,7 @@ fn wait_for_admission(
     if admitted.is_some() {
         // A synchronization on another thread may have cleared the flag since it was
         // raised above (nothing was in flight yet): raise it again (one load otherwise).
-        raise_active(acct, device);
+        raise_active(region, acct, device);
     }
     if let Some(since) = waiting_since {
         // SeqCst: pairs with the count above (the waiter leaves the protocol).
@@ -181,15 +185,20 @@ fn wait_for_admission(
     admitted
 }
 
-/// Raises the device's `active` flag if it is down, noting when; an online container also
+/// Raises the device's `active` flag if it is down, noting when, and brings the time slice
+/// of the process's channel groups in line with the region ([`crate::rm::lever::sync`]); an
+/// online container also
 /// sets its bit on the node's board, which stops offline launches at once, and wakes
 /// `controld`'s preemption thread, which blocks the offline containers too.
-fn raise_active(acct: &ComputeAccount, device: usize) {
+fn raise_active(region: &Region, acct: &ComputeAccount, device: usize) {
     // Relaxed: the flag is a signal with no data behind it except the timestamp, which is
     // stored first and read by the daemon only as a statistic.
     if acct.active.load(Ordering::Relaxed) != 0 {
         return;
     }
+    // Work starts after idle: the channel groups take a changed time slice now, before the
+    // GPU runs any of it (one load when nothing changed).
+    crate::rm::lever::sync(region);
     let now = monotonic_ns();
     // Relaxed: see above.
     acct.active_raised_ns.store(now, Ordering::Relaxed);

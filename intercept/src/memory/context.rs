@@ -714,6 +714,7 @@ unsafe fn create_counted(ctx: *mut *mut c_void, dev: i32, create: impl FnOnce() 
         Ok((handle, charge)) => {
             book.created.insert(handle as usize, (device, charge));
             note_unmeasured(book);
+            crate::rm::lever::context_made();
             SUCCESS
         }
         Err(OUT_OF_MEMORY) => {
@@ -850,6 +851,7 @@ pub(crate) unsafe fn primary_ctx_retain(
                 handle: handle as usize,
             });
             note_unmeasured(book);
+            crate::rm::lever::context_made();
             SUCCESS
         }
         Err(OUT_OF_MEMORY) => {

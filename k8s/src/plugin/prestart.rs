@@ -225,6 +225,8 @@ async fn create(
         memory: Some(MemorySize(holder.memory)),
         compute: ask.compute.policy(holder.core),
         priority: ask.priority,
+        // Its priority's: short slices for offline pods.
+        timeslice: None,
     };
     let existing = node.controld.list().await.map_err(|e| e.to_string())?;
     if existing.iter().any(|c| c.spec.name.as_str() == holder.name) {
@@ -233,6 +235,7 @@ async fn create(
             memory: Some(MemoryChange::Cap(MemorySize(holder.memory))),
             compute: Some(spec.compute),
             priority: Some(spec.priority),
+            timeslice: None,
         };
         node.controld
             .set(&holder.name, change)

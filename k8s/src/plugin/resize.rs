@@ -154,6 +154,7 @@ async fn resize(node: &Node, holder: &Holder, ask: &PodAsk) -> Result<(), String
         memory: (cap != holder.memory).then_some(MemoryChange::Cap(MemorySize(cap))),
         compute: (compute.to_string() != holder.compute).then_some(compute),
         priority: None,
+        timeslice: None,
     };
     node.controld.set(&holder.name, change).await.map_err(|e| {
         format!(

@@ -58,6 +58,8 @@ pub(crate) struct Context {
     sticky: AtomicU32,
     /// The context's legacy default stream, made on first use.
     legacy: Mutex<Option<Arc<Stream>>>,
+    /// Its channel group in the RM (0: none), the unit the engine time-slices.
+    group: AtomicU32,
 }
 
 /// The parts of the driver that keep something per context, in the order a context being
@@ -156,6 +158,7 @@ impl Context {
             destroyed: AtomicBool::new(true),
             sticky: AtomicU32::new(0),
             legacy: Mutex::new(None),
+            group: AtomicU32::new(0),
         })
     }
 
@@ -172,6 +175,8 @@ impl Context {
         self.shared_mem_config.store(0, Relaxed);
         self.sticky.store(0, Relaxed);
         self.destroyed.store(false, Relaxed);
+        self.group
+            .store(crate::rm::make_group(self.device), Relaxed);
         Ok(())
     }
 
@@ -250,6 +255,7 @@ impl Context {
             tear_down(step, self);
         }
         self.legacy.lock().unwrap_or_else(|e| e.into_inner()).take();
+        crate::rm::free_group(self.device, self.group.swap(0, Relaxed));
         if let Ok(process) = init::process() {
             process.release_memory(self.device, process.node().config().context_memory);
         }

@@ -150,7 +150,11 @@ cuda_entry! {
         if flags != 0 {
             return Err(code::INVALID_VALUE);
         }
-        DRIVER.get_or_init(open).as_ref().map(|_| ()).map_err(|&e| e)
+        let driver = DRIVER.get_or_init(open).as_ref().map_err(|&e| e)?;
+        // Once the process is attached: the RM's requests go through the process's
+        // `ioctl`, which may be an interposer's that calls back into this driver.
+        crate::rm::open(driver.devices.len());
+        Ok(())
     }
 
     fn cuDriverGetVersion(version: *mut i32) {

@@ -22,5 +22,6 @@ mod memory;
 mod module;
 mod peer;
 mod proc_address;
+mod rm;
 mod stream;
 mod tensor_map;

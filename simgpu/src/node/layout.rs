@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64};
 /// First bytes of every node state file.
 pub const MAGIC: [u8; 8] = *b"SIMGPU\0\0";
 /// Bumped whenever the layout changes.
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 /// The most processes that hold a slot at once.
 pub const MAX_PROCESSES: usize = 256;
 /// Words of the per-device bitmask of processes waiting for the engine.
@@ -72,6 +72,9 @@ pub struct EngineState {
     pub switch_ns: AtomicU64,
     /// Slot + 1 of the last holder: it starts again at `handoff_ns` without a switch.
     pub last_holder: AtomicU32,
+    /// The last holder's time slice, in ns: a switch costs less between short slices
+    /// (see `crate::engine`).
+    pub last_slice_ns: AtomicU64,
     /// Slots waiting for the engine, one bit each.
     pub waiting: [AtomicU64; WAIT_WORDS],
 }
@@ -87,6 +90,9 @@ pub struct ProcessState {
     /// The engine time of the kernels it completed, each counted whole: more than
     /// `busy_ns` where its kernels ran at once.
     pub work_ns: [AtomicU64; MAX_DEVICES],
+    /// The time slice of the process's context on each device, in ns, as a control on its
+    /// channel group set it; 0 for the node's quantum.
+    pub timeslice_ns: [AtomicU64; MAX_DEVICES],
 }
 
 #[repr(C)]

@@ -97,6 +97,9 @@ pub struct ProcessDeviceUsage {
     /// The engine time of the kernels it completed, each counted whole (more than
     /// `busy_ns` where they ran at once): the work it got done.
     pub work_ns: u64,
+    /// The time slice its context gets on the engine, in ns: the node's quantum unless a
+    /// control on its channel group set another.
+    pub timeslice_ns: u64,
 }
 
 /// One live process of the node.
@@ -321,6 +324,7 @@ impl Node {
     pub fn snapshot(&self) -> Snapshot {
         self.reap();
         let s = self.state();
+        let quantum_ns = self.config().quantum_ns;
         let devices = (0..self.device_count())
             .map(|i| {
                 let d = self.device_state(i);
@@ -350,6 +354,10 @@ impl Node {
                             memory: p.memory[d].load(Ordering::Relaxed),
                             busy_ns: p.busy_ns[d].load(Ordering::Relaxed),
                             work_ns: p.work_ns[d].load(Ordering::Relaxed),
+                            timeslice_ns: match p.timeslice_ns[d].load(Ordering::Relaxed) {
+                                0 => quantum_ns,
+                                ns => ns,
+                            },
                         })
                         .collect(),
                 }
@@ -395,6 +403,7 @@ impl Node {
                     p.memory[dev].store(0, Ordering::Relaxed);
                     p.busy_ns[dev].store(0, Ordering::Relaxed);
                     p.work_ns[dev].store(0, Ordering::Relaxed);
+                    p.timeslice_ns[dev].store(0, Ordering::Relaxed);
                 }
                 // Release: pairs with the Acquire loads of readers and reapers.
                 p.state.store(SLOT_LIVE, Ordering::Release);
@@ -550,6 +559,23 @@ impl Process {
     pub fn memory_held(&self, device: usize) -> u64 {
         let device = self.node_index(device);
         self.node.process_state(self.slot).memory[device].load(Ordering::Relaxed)
+    }
+
+    /// Sets the time slice of this process's context on a device (an ordinal), in ns; 0
+    /// for the node's quantum. What a control on the context's channel group does.
+    pub fn set_timeslice(&self, device: usize, ns: u64) {
+        let device = self.node_index(device);
+        // Relaxed: a setting read afresh at each of the engine's slice boundaries.
+        self.node.process_state(self.slot).timeslice_ns[device].store(ns, Ordering::Relaxed);
+    }
+
+    /// The time slice of this process's context on node device `device`, in ns.
+    pub(crate) fn timeslice(&self, device: usize) -> u64 {
+        // Relaxed: see `set_timeslice`.
+        match self.node.process_state(self.slot).timeslice_ns[device].load(Ordering::Relaxed) {
+            0 => self.node.config().quantum_ns,
+            ns => ns,
+        }
     }
 
     /// This process's hold on node device `device`'s engine.
