@@ -11,15 +11,3 @@ pub mod deviceplugin {
 pub mod podresources {
     tonic::include_proto!("v1");
 }
-
-/// Plugin registration v1: `Registration` (the DRA driver's, called by the kubelet).
-#[allow(missing_docs, clippy::all)]
-pub mod pluginregistration {
-    tonic::include_proto!("pluginregistration");
-}
-
-/// DRA v1: `DRAPlugin` (the driver's, called by the kubelet).
-#[allow(missing_docs, clippy::all)]
-pub mod dra {
-    tonic::include_proto!("k8s.io.kubelet.pkg.apis.dra.v1");
-}

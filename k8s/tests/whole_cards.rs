@@ -67,16 +67,17 @@ async fn a_whole_card_with_memory_binds_to_the_card_that_holds_it() {
     let pod = api.pod(NS, "train").unwrap();
     let filtered = extender.filter(&filter_args(pod.clone(), &["mixed"]));
     assert_eq!(filtered.node_names, Some(vec!["mixed".to_string()]));
-    let scores = extender
-        .prioritize(&filter_args(pod, &["mixed"]))
-        .unwrap();
+    let scores = extender.prioritize(&filter_args(pod, &["mixed"])).unwrap();
     assert_eq!(scores[0].score, 10, "{scores:?}");
     let outcome = scheduler
         .schedule(&["mixed".to_string()], || api.pod(NS, "train"))
         .await;
     assert_eq!(outcome, Outcome::Placed("mixed".into()));
     let pod = api.pod(NS, "train").unwrap();
-    assert_eq!(pod["metadata"]["annotations"]["tessera.dev/gpu"], "GPU-a180");
+    assert_eq!(
+        pod["metadata"]["annotations"]["tessera.dev/gpu"],
+        "GPU-a180"
+    );
 
     // 100 core + 90 GiB on two A100-80GB: no card holds it, ever: unresolvable.
     api.create_pod(pod_object(NS, "huge", &whole(100, 90)));
@@ -95,7 +96,10 @@ async fn a_whole_card_with_memory_binds_to_the_card_that_holds_it() {
         .await;
     assert_eq!(outcome, Outcome::Placed("mixed".into()));
     let pod = api.pod(NS, "small").unwrap();
-    assert_eq!(pod["metadata"]["annotations"]["tessera.dev/gpu"], "GPU-7400");
+    assert_eq!(
+        pod["metadata"]["annotations"]["tessera.dev/gpu"],
+        "GPU-7400"
+    );
 }
 
 /// A small generator, so that a failure repeats.

@@ -66,7 +66,11 @@ pub fn fit(cards: &[(&Card, Used)], ask: &Ask, policy: Policy) -> Result<Vec<usi
     if ask.is_whole() {
         return whole(cards, &healthy, ask);
     }
-    let largest = healthy.iter().map(|&i| cards[i].0.memory).max().unwrap_or(0);
+    let largest = healthy
+        .iter()
+        .map(|&i| cards[i].0.memory)
+        .max()
+        .unwrap_or(0);
     if ask.memory > largest {
         return Err(Misfit::Never(format!(
             "asks {} GiB of GPU memory on one card, more than any card here has ({} GiB)",

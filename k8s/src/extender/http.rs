@@ -108,3 +108,53 @@ async fn healthz(State(extender): State<Arc<Extender>>) -> Response {
         (StatusCode::SERVICE_UNAVAILABLE, "reading the cluster").into_response()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::extender::policy::Config;
+    use axum::body::Body;
+    use axum::http::{Method, Request};
+    use tower::ServiceExt;
+
+    async fn status(router: &Router, method: Method, path: &str) -> StatusCode {
+        let request = Request::builder()
+            .method(method)
+            .uri(path)
+            .body(Body::from("{}"))
+            .unwrap();
+        router.clone().oneshot(request).await.unwrap().status()
+    }
+
+    #[tokio::test]
+    async fn the_probe_address_serves_the_probes_and_no_verb() {
+        let extender = Arc::new(Extender::new(Config::default(), None));
+        let probes = health_router(extender.clone());
+        // Alive at once; ready once the cluster is read.
+        assert_eq!(status(&probes, Method::GET, "/livez").await, StatusCode::OK);
+        assert_eq!(
+            status(&probes, Method::GET, "/healthz").await,
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+        extender.set_ready();
+        assert_eq!(
+            status(&probes, Method::GET, "/healthz").await,
+            StatusCode::OK
+        );
+        // The verbs act with the scheduler's rights: never on the address the kubelet
+        // reaches.
+        for verb in ["/filter", "/prioritize", "/bind", "/preempt"] {
+            assert_eq!(
+                status(&probes, Method::POST, verb).await,
+                StatusCode::NOT_FOUND,
+                "{verb}"
+            );
+        }
+        let all = router(extender);
+        assert_eq!(status(&all, Method::GET, "/livez").await, StatusCode::OK);
+        assert_ne!(
+            status(&all, Method::POST, "/filter").await,
+            StatusCode::NOT_FOUND
+        );
+    }
+}

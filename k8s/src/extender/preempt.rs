@@ -75,7 +75,9 @@ pub fn victims(
         per_card.push(fits(&used).then_some((chosen, used)));
     }
     // The cards in the order of the victims they cost; the fewest that make the pod fit.
-    let mut order: Vec<usize> = (0..cards.len()).filter(|&i| per_card[i].is_some()).collect();
+    let mut order: Vec<usize> = (0..cards.len())
+        .filter(|&i| per_card[i].is_some())
+        .collect();
     order.sort_by_key(|&i| per_card[i].as_ref().map_or(0, |(v, _)| v.len()));
     for take in ask.cards()..=order.len() {
         let after: Vec<(&Card, Used)> = cards

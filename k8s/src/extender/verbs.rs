@@ -218,9 +218,8 @@ impl Extender {
             let now = Instant::now();
             state.expire(now);
             let usage = state.usage(Some(&uid));
-            cards = choose_cards(&state, &args.node, &ask, placement.card, &usage).map_err(
-                |why| format!("cannot bind {who} to {}: {}", args.node, why.reason()),
-            )?;
+            cards = choose_cards(&state, &args.node, &ask, placement.card, &usage)
+                .map_err(|why| format!("cannot bind {who} to {}: {}", args.node, why.reason()))?;
             let holder = Holder {
                 pod: who.clone(),
                 cards: cards.clone(),

@@ -102,28 +102,25 @@ pub fn object_name(uuid: &str) -> String {
     uuid.to_ascii_lowercase()
 }
 
-/// The integer formats API servers know (`int32`, `int64`) in place of the ones the schema
-/// generator writes for unsigned Rust types, which 1.34 and later API servers warn about as
-/// unknown. Every value the API server keeps is an `int64`, and every unsigned field here
-/// fits one (`minimum: 0` stays).
-const INTEGER_FORMATS: [(&str, &str); 4] = [
-    ("uint8", "int32"),
-    ("uint16", "int32"),
-    ("uint32", "int64"),
-    ("uint64", "int64"),
-];
+/// The formats the schema generator writes for unsigned Rust types. API servers do not know
+/// them (1.34 and later warn about each when the CRD is applied), and every value they keep
+/// is a signed 64-bit integer anyway: these fields are plain integers, their `minimum: 0`
+/// saying what the unsigned type did. Every unsigned field here fits an `int64`.
+const UNSIGNED_FORMATS: [&str; 4] = ["uint8", "uint16", "uint32", "uint64"];
 
 /// The CRD, with only formats API servers know.
-pub fn crd() -> k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition
-{
+pub fn crd(
+) -> k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition {
     use kube::CustomResourceExt;
     fn known_formats(schema: &mut serde_json::Value) {
         match schema {
             serde_json::Value::Object(map) => {
-                if let Some(serde_json::Value::String(format)) = map.get_mut("format") {
-                    if let Some((_, known)) = INTEGER_FORMATS.iter().find(|(f, _)| f == format) {
-                        *format = known.to_string();
-                    }
+                let unsigned = map
+                    .get("format")
+                    .and_then(serde_json::Value::as_str)
+                    .is_some_and(|f| UNSIGNED_FORMATS.contains(&f));
+                if unsigned {
+                    map.remove("format");
                 }
                 map.values_mut().for_each(known_formats);
             }
@@ -133,7 +130,7 @@ pub fn crd() -> k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::
     }
     let mut value = serde_json::to_value(GPU::crd()).expect("a CRD serializes");
     known_formats(&mut value);
-    serde_json::from_value(value).expect("the same CRD with other format names")
+    serde_json::from_value(value).expect("the same CRD without the unsigned formats")
 }
 
 /// The CRD as YAML, as `deploy/crd.yaml` holds it.

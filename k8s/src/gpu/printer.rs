@@ -1,8 +1,6 @@
 //! `kubectl get gpus` without kubectl: the table of the CRD's printer columns, read from the
 //! same declaration that makes the CRD, so that what a test sees is what an operator sees.
 
-use super::GPU;
-use kube::CustomResourceExt;
 use serde_json::Value;
 
 /// The table for these objects: `NAME` and each printer column, one row per object,

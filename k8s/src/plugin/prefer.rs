@@ -389,7 +389,10 @@ mod tests {
         };
         let (chosen, _) = choose(Resource::Memory, &ask, &order, hints);
         assert_eq!(chosen.len(), 60);
-        assert!(chosen.iter().all(|id| !id.starts_with("GPU-a-")), "{chosen:?}");
+        assert!(
+            chosen.iter().all(|id| !id.starts_with("GPU-a-")),
+            "{chosen:?}"
+        );
     }
 
     #[test]
