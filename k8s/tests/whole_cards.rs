@@ -220,3 +220,82 @@ async fn every_node_filter_passes_can_be_bound_and_failures_say_if_preemption_he
     }
     assert!(binds > 100, "only {binds} binds were tried");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn preemption_frees_the_card_that_holds_a_whole_card_pod() {
+    let (api, _scheduler, extender) = serve(vec![
+        card("GPU-7400", "mixed", 0, 16),
+        card("GPU-a180", "mixed", 1, 80),
+    ])
+    .await;
+    // A small low-priority share on each card.
+    {
+        let mut state = extender.state.lock().unwrap();
+        for (uid, uuid) in [("on-t4", "GPU-7400"), ("on-a100", "GPU-a180")] {
+            let holder = Holder {
+                pod: format!("other/{uid}"),
+                cards: vec![uuid.into()],
+                ask: Ask {
+                    core: 10,
+                    memory: GIB,
+                },
+                priority: 0,
+            };
+            state.put_bound(uid, holder);
+        }
+    }
+    let urgent = |core: u32, memory_gib: u64| PodSpec {
+        priority: 1000,
+        ..whole(core, memory_gib)
+    };
+    // kube-scheduler counts per node and proposes both; each pod keeps only the holder of
+    // the card it would then be bound to.
+    let victims_for = |name: &str| {
+        let args = json!({
+            "Pod": api.pod(NS, name).unwrap(),
+            "NodeNameToMetaVictims": {"mixed": {
+                "Pods": [{"UID": "on-t4"}, {"UID": "on-a100"}],
+                "NumPDBViolations": 0,
+            }},
+        });
+        let result = extender
+            .preempt(&serde_json::from_value(args).unwrap())
+            .unwrap();
+        let mut uids: Vec<String> = result.node_name_to_meta_victims["mixed"]
+            .pods
+            .iter()
+            .map(|p| p.uid.clone())
+            .collect();
+        uids.sort();
+        uids
+    };
+    // 40 GiB: only the A100 holds it; the T4's holder may stay.
+    api.create_pod(pod_object(NS, "big", &urgent(100, 40)));
+    let filtered = extender.filter(&filter_args(api.pod(NS, "big").unwrap(), &["mixed"]));
+    assert!(
+        filtered.failed_nodes.contains_key("mixed"),
+        "full now, not unresolvable: {filtered:?}"
+    );
+    assert_eq!(victims_for("big"), ["on-a100"]);
+    // 8 GiB: the T4 is the best fit, and it costs as few victims.
+    api.create_pod(pod_object(NS, "small", &urgent(100, 8)));
+    assert_eq!(victims_for("small"), ["on-t4"]);
+    // With the victim gone, filter passes and bind takes the card preemption freed.
+    extender.state.lock().unwrap().remove_pod("on-a100");
+    let filtered = extender.filter(&filter_args(api.pod(NS, "big").unwrap(), &["mixed"]));
+    assert_eq!(filtered.node_names, Some(vec!["mixed".to_string()]));
+    let bound = extender
+        .bind(&ExtenderBindingArgs {
+            pod_name: "big".into(),
+            pod_namespace: NS.into(),
+            pod_uid: format!("uid-{NS}-big"),
+            node: "mixed".into(),
+        })
+        .await;
+    assert_eq!(bound.error, "");
+    let pod = api.pod(NS, "big").unwrap();
+    assert_eq!(
+        pod["metadata"]["annotations"]["tessera.dev/gpu"],
+        "GPU-a180"
+    );
+}

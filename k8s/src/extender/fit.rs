@@ -180,17 +180,18 @@ fn best_whole(
     if total < bytes {
         return None;
     }
-    for k in 0..chosen.len() {
-        let others = total - memory(chosen[k]);
+    // Each swap keeps the total at or above the request, so the choice always holds it.
+    for card in chosen.iter_mut() {
+        let others = total - memory(*card);
         let smaller = rest
             .iter()
             .enumerate()
-            .filter(|(_, &r)| memory(r) < memory(chosen[k]) && others + memory(r) >= bytes)
+            .filter(|(_, &r)| memory(r) < memory(*card) && others + memory(r) >= bytes)
             .min_by_key(|(_, &r)| (memory(r), index(r)))
             .map(|(j, _)| j);
         if let Some(j) = smaller {
-            std::mem::swap(&mut chosen[k], &mut rest[j]);
-            total = others + memory(chosen[k]);
+            std::mem::swap(card, &mut rest[j]);
+            total = others + memory(*card);
         }
     }
     chosen.sort_by_key(|&i| index(i));
