@@ -157,10 +157,10 @@ fn whole(cards: &[(&Card, Used)], healthy: &[usize], ask: &Ask) -> Result<Vec<us
     }))
 }
 
-/// Of the `empty` cards, `wanted` that together hold `bytes` with the least memory: the
-/// largest first (if they cannot, none can), then each, largest first, gives way to the
-/// smallest other card that still holds the request with the rest. By position, in index
-/// order.
+/// Of the `empty` cards, `wanted` that together hold `bytes` with the least memory, then
+/// the lowest indices; by position, in index order. An exact search: a node has few cards,
+/// and a greedy choice can miss the best (for 100 GiB on two of 90, 60, 55 and 10 GiB, 90 +
+/// 10, not 60 + 55).
 fn best_whole(
     cards: &[(&Card, Used)],
     empty: &[usize],
@@ -169,33 +169,62 @@ fn best_whole(
 ) -> Option<Vec<usize>> {
     let memory = |i: usize| cards[i].0.memory;
     let index = |i: usize| cards[i].0.index;
+    // Smallest first, so that a sum that is already no better ends the branch.
     let mut by_size = empty.to_vec();
-    by_size.sort_by_key(|&i| (Reverse(memory(i)), index(i)));
+    by_size.sort_by_key(|&i| (memory(i), index(i)));
     if by_size.len() < wanted {
         return None;
     }
-    let (chosen, rest) = by_size.split_at(wanted);
-    let (mut chosen, mut rest) = (chosen.to_vec(), rest.to_vec());
-    let mut total: u64 = chosen.iter().map(|&i| memory(i)).sum();
-    if total < bytes {
-        return None;
-    }
-    // Each swap keeps the total at or above the request, so the choice always holds it.
-    for card in chosen.iter_mut() {
-        let others = total - memory(*card);
-        let smaller = rest
-            .iter()
-            .enumerate()
-            .filter(|(_, &r)| memory(r) < memory(*card) && others + memory(r) >= bytes)
-            .min_by_key(|(_, &r)| (memory(r), index(r)))
-            .map(|(j, _)| j);
-        if let Some(j) = smaller {
-            std::mem::swap(card, &mut rest[j]);
-            total = others + memory(*card);
-        }
-    }
+    let mut search = Search {
+        sizes: by_size.iter().map(|&i| memory(i)).collect(),
+        bytes,
+        best: None,
+        taken: Vec::with_capacity(wanted),
+    };
+    search.from(0, wanted, 0);
+    let (_, positions) = search.best?;
+    let mut chosen: Vec<usize> = positions.into_iter().map(|p| by_size[p]).collect();
     chosen.sort_by_key(|&i| index(i));
     Some(chosen)
+}
+
+/// The exact search of [`best_whole`], over card sizes in ascending order.
+struct Search {
+    sizes: Vec<u64>,
+    bytes: u64,
+    /// The least total found and its positions in `sizes`.
+    best: Option<(u64, Vec<usize>)>,
+    taken: Vec<usize>,
+}
+
+impl Search {
+    /// Takes `left` more cards from position `start` on, `sum` held so far.
+    fn from(&mut self, start: usize, left: usize, sum: u64) {
+        if left == 0 {
+            // Equal sums keep the first found: the smaller cards, which come first by index
+            // among equals.
+            if sum >= self.bytes && self.best.as_ref().is_none_or(|(b, _)| sum < *b) {
+                self.best = Some((sum, self.taken.clone()));
+            }
+            return;
+        }
+        let n = self.sizes.len();
+        for p in start..=n - left {
+            let with = sum + self.sizes[p];
+            // The rest are no smaller: a sum already no better cannot improve.
+            if self.best.as_ref().is_some_and(|(b, _)| with >= *b) {
+                return;
+            }
+            // The largest `left - 1` after p are the most the rest can add.
+            let most: u64 = self.sizes[n - (left - 1)..].iter().sum();
+            if with + most < self.bytes {
+                continue;
+            }
+            self.taken.push(p);
+            self.from(p + 1, left - 1, with);
+            self.taken.pop();
+        }
+    }
 }
 
 #[cfg(test)]
@@ -282,5 +311,55 @@ mod tests {
         assert_eq!(fit(&node, &ask(200, 30), Policy::Binpack), Ok(vec![1, 3]));
         // 100 GiB on two: only the 80 with the 40 (or more) hold it.
         assert_eq!(fit(&node, &ask(200, 100), Policy::Binpack), Ok(vec![0, 2]));
+        // Where taking the largest first and then smaller ones misses the best: 90 + 10.
+        let cards = [card(0, 60), card(1, 90), card(2, 55), card(3, 10)];
+        let node: Vec<(&Card, Used)> = cards.iter().map(|c| (c, Used::default())).collect();
+        assert_eq!(fit(&node, &ask(200, 100), Policy::Binpack), Ok(vec![1, 3]));
+        // Equal sums: the lower indices.
+        let cards = [card(0, 40), card(1, 40), card(2, 40)];
+        let node: Vec<(&Card, Used)> = cards.iter().map(|c| (c, Used::default())).collect();
+        assert_eq!(fit(&node, &ask(200, 50), Policy::Binpack), Ok(vec![0, 1]));
+    }
+
+    #[test]
+    fn the_best_whole_cards_are_the_least_memory_that_holds_the_pod() {
+        // Against every subset, on small nodes of mixed sizes.
+        let sizes = [16, 24, 40, 48, 80, 94];
+        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = |below: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % below
+        };
+        for _ in 0..500 {
+            let count = 1 + next(8) as u32;
+            let cards: Vec<Card> = (0..count)
+                .map(|i| card(i, sizes[next(sizes.len() as u64) as usize]))
+                .collect();
+            let node: Vec<(&Card, Used)> = cards.iter().map(|c| (c, Used::default())).collect();
+            let wanted = 1 + next(u64::from(count)) as u32;
+            let want = ask(100 * wanted, next(100 * u64::from(wanted)));
+            let best = (0u32..1 << count)
+                .filter(|m| m.count_ones() == wanted)
+                .map(|m| {
+                    let held: u64 = (0..count)
+                        .filter(|i| m & (1 << i) != 0)
+                        .map(|i| cards[i as usize].memory)
+                        .sum();
+                    held
+                })
+                .filter(|&held| held >= want.memory)
+                .min();
+            match (fit(&node, &want, Policy::Binpack), best) {
+                (Ok(chosen), Some(least)) => {
+                    let held: u64 = chosen.iter().map(|&i| cards[i].memory).sum();
+                    assert_eq!(chosen.len() as u32, wanted);
+                    assert_eq!(held, least, "{cards:?} {want:?}: {chosen:?}");
+                }
+                (Err(Misfit::Never(_)), None) => {}
+                (got, least) => panic!("{cards:?} {want:?}: {got:?}, best {least:?}"),
+            }
+        }
     }
 }
