@@ -31,9 +31,13 @@ enum Command {
 
 #[derive(Debug, clap::Args)]
 struct ExtenderArgs {
-    /// Where to listen, like 0.0.0.0:8888 (the scheduler's urlPrefix points here).
+    /// Where to listen, like 127.0.0.1:8888 (the scheduler's urlPrefix points here).
     #[arg(long)]
     listen: std::net::SocketAddr,
+    /// Where to serve the probes alone (GET /healthz, /livez), like 0.0.0.0:8889, so that
+    /// the kubelet reaches them while the verbs stay on a local address.
+    #[arg(long)]
+    health_listen: Option<std::net::SocketAddr>,
     /// A YAML file with the cluster's default placement per priority and the assume TTL.
     #[arg(long)]
     config: Option<PathBuf>,
@@ -108,7 +112,8 @@ pub fn main() -> i32 {
                     None => Default::default(),
                 };
                 runtime()?.block_on(async {
-                    crate::extender::run(config, a.listen, kube_client().await?).await
+                    crate::extender::run(config, a.listen, a.health_listen, kube_client().await?)
+                        .await
                 })
             })();
             match result {

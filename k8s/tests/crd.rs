@@ -122,3 +122,63 @@ fn objects_the_plugin_writes_fit_the_schema() {
     object.remove("metadata");
     assert_declared(&value, &schema(), "");
 }
+
+/// Every `format` in `schema` and where, recursively.
+fn formats(schema: &Value, at: &str, out: &mut Vec<(String, String, Value)>) {
+    match schema {
+        Value::Object(map) => {
+            if let Some(Value::String(format)) = map.get("format") {
+                out.push((at.to_string(), format.clone(), map["type"].clone()));
+            }
+            for (key, v) in map {
+                formats(v, &format!("{at}.{key}"), out);
+            }
+        }
+        Value::Array(items) => {
+            for (i, v) in items.iter().enumerate() {
+                formats(v, &format!("{at}[{i}]"), out);
+            }
+        }
+        _ => {}
+    }
+}
+
+#[test]
+fn the_schema_has_only_formats_api_servers_know_and_counts_stay_unsigned() {
+    let schema = schema();
+    let mut found = Vec::new();
+    formats(&schema, "", &mut found);
+    // API servers from 1.34 warn about a format they do not know, such as the `uint32` and
+    // `uint64` that unsigned Rust types generate; the numeric ones they know are these.
+    for (at, format, kind) in &found {
+        let known = match kind.as_str() {
+            Some("integer") => ["int32", "int64"].contains(&format.as_str()),
+            Some("number") => ["float", "double"].contains(&format.as_str()),
+            _ => true,
+        };
+        assert!(known, "{at}: format {format} on {kind}");
+    }
+    // What the unsigned types said stays said: no count or size below 0.
+    for path in [
+        ".spec.index",
+        ".spec.memory",
+        ".spec.sms",
+        ".status.allocatable.core",
+        ".status.allocatable.memory",
+        ".status.allocated.core",
+        ".status.allocated.memory",
+        ".status.pods",
+    ] {
+        let f = field(&schema, path).unwrap_or_else(|| panic!("{path}"));
+        assert_eq!(f["type"], "integer", "{path}");
+        assert_eq!(f["minimum"].as_f64(), Some(0.0), "{path}");
+    }
+    let holder = &field(&schema, ".status.holders").unwrap()["items"];
+    for key in ["core", "memory", "memoryUsed"] {
+        assert_eq!(
+            holder["properties"][key]["minimum"].as_f64(),
+            Some(0.0),
+            "{key}"
+        );
+    }
+}

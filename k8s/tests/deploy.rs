@@ -216,3 +216,257 @@ fn rbac_grants_what_the_extender_calls() {
     };
     assert!(bound_to("tessera-extender") && bound_to("system:kube-scheduler"));
 }
+
+/// Whether every field of `original` is in `typed` with the same value: what the typed
+/// objects of the API (k8s-openapi, the newest version it knows) drop on reading is a field
+/// that version does not have, which a strict API server refuses.
+fn assert_subset(original: &Value, typed: &Value, at: &str) {
+    match (original, typed) {
+        (Value::Object(a), Value::Object(b)) => {
+            for (key, value) in a {
+                let Some(other) = b.get(key) else {
+                    panic!("{at}.{key} is not a field of the API");
+                };
+                assert_subset(value, other, &format!("{at}.{key}"));
+            }
+        }
+        (Value::Array(a), Value::Array(b)) => {
+            assert_eq!(a.len(), b.len(), "{at}");
+            for (i, (x, y)) in a.iter().zip(b).enumerate() {
+                assert_subset(x, y, &format!("{at}[{i}]"));
+            }
+        }
+        _ => assert_eq!(original, typed, "{at}"),
+    }
+}
+
+/// Reads a document into its typed object and back, failing on a field the API lacks.
+fn assert_strict(file: &str, doc: &Value) {
+    use k8s_openapi::api::{apps, core, rbac};
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiextensions;
+    fn again<T: serde::de::DeserializeOwned + serde::Serialize>(doc: &Value) -> Value {
+        let typed: T = serde_json::from_value(doc.clone()).unwrap_or_else(|e| panic!("{e}"));
+        serde_json::to_value(typed).unwrap()
+    }
+    let kind = (
+        doc["apiVersion"].as_str().unwrap(),
+        doc["kind"].as_str().unwrap(),
+    );
+    let typed = match kind {
+        ("v1", "ConfigMap") => again::<core::v1::ConfigMap>(doc),
+        ("v1", "Namespace") => again::<core::v1::Namespace>(doc),
+        ("v1", "ServiceAccount") => again::<core::v1::ServiceAccount>(doc),
+        ("apps/v1", "DaemonSet") => again::<apps::v1::DaemonSet>(doc),
+        ("apps/v1", "Deployment") => again::<apps::v1::Deployment>(doc),
+        ("rbac.authorization.k8s.io/v1", "ClusterRole") => again::<rbac::v1::ClusterRole>(doc),
+        ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding") => {
+            again::<rbac::v1::ClusterRoleBinding>(doc)
+        }
+        ("rbac.authorization.k8s.io/v1", "Role") => again::<rbac::v1::Role>(doc),
+        ("rbac.authorization.k8s.io/v1", "RoleBinding") => again::<rbac::v1::RoleBinding>(doc),
+        ("apiextensions.k8s.io/v1", "CustomResourceDefinition") => {
+            again::<apiextensions::CustomResourceDefinition>(doc)
+        }
+        other => panic!("{file}: no strict check for {other:?}"),
+    };
+    assert_subset(doc, &typed, &format!("{file}: {}", kind.1));
+}
+
+/// The API versions the manifests may use: all served by 1.26, the oldest supported
+/// version, and still by the newest.
+const OLDEST_GROUPS: [&str; 4] = [
+    "v1",
+    "apps/v1",
+    "rbac.authorization.k8s.io/v1",
+    "apiextensions.k8s.io/v1",
+];
+
+#[test]
+fn every_manifest_is_strictly_valid() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy");
+    let mut files: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .map(|entry| entry.file_name().to_string_lossy().to_string())
+        .filter(|name| name.ends_with(".yaml"))
+        .collect();
+    files.sort();
+    assert_eq!(
+        files,
+        ["crd.yaml", "node.yaml", "rbac.yaml", "scheduler.yaml"]
+    );
+    for file in &files {
+        for doc in documents(file) {
+            let group = doc["apiVersion"].as_str().unwrap();
+            assert!(OLDEST_GROUPS.contains(&group), "{file}: {group}");
+            assert_strict(file, &doc);
+        }
+    }
+}
+
+/// The pod template of the one workload in `file`.
+fn pod_template(file: &str) -> Value {
+    let docs = documents(file);
+    let workload = docs
+        .iter()
+        .find(|d| d["kind"] == "DaemonSet" || d["kind"] == "Deployment")
+        .unwrap_or_else(|| panic!("{file} has no workload"));
+    workload["spec"]["template"]["spec"].clone()
+}
+
+fn container<'p>(pod: &'p Value, name: &str) -> &'p Value {
+    pod["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == name)
+        .unwrap_or_else(|| panic!("no container {name}"))
+}
+
+fn words(value: &Value) -> Vec<&str> {
+    value
+        .as_array()
+        .unwrap_or_else(|| panic!("{value} is not a list"))
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect()
+}
+
+/// The argument after `flag` in `command`.
+fn flag<'c>(command: &[&'c str], flag: &str) -> &'c str {
+    let at = command
+        .iter()
+        .position(|a| *a == flag)
+        .unwrap_or_else(|| panic!("no {flag} in {command:?}"));
+    command[at + 1]
+}
+
+#[test]
+fn the_node_shares_the_host_pid_namespace_and_says_why() {
+    let pod = pod_template("node.yaml");
+    // NVML names GPU processes by their host pids, and controld's watchdog finds the region
+    // of a pid through the host's /proc: in a pid namespace of its own it links none.
+    assert_eq!(pod["hostPID"], true);
+    let text =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/node.yaml"))
+            .unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let at = lines
+        .iter()
+        .position(|l| l.trim() == "hostPID: true")
+        .unwrap();
+    let comment: Vec<&str> = lines[..at]
+        .iter()
+        .rev()
+        .take_while(|l| l.trim_start().starts_with('#'))
+        .copied()
+        .collect();
+    let comment = comment.join(" ");
+    assert!(
+        comment.contains("watchdog") && comment.contains("pid"),
+        "hostPID: true without the reason above it: {comment:?}"
+    );
+}
+
+#[test]
+fn every_container_has_a_probe_the_kubelet_can_reach() {
+    for file in ["node.yaml", "scheduler.yaml"] {
+        let pod = pod_template(file);
+        for c in pod["containers"].as_array().unwrap() {
+            let name = c["name"].as_str().unwrap();
+            let probe = &c["livenessProbe"];
+            assert!(probe.is_object(), "{file}: {name} has no liveness probe");
+            // An exec probe runs in the container; an HTTP probe goes to the pod's address
+            // (never the container's loopback), so its port must be one the container
+            // declares or a number.
+            if let Some(port) = probe["httpGet"].get("port") {
+                let named = port.as_str().map(|p| {
+                    c["ports"]
+                        .as_array()
+                        .and_then(|ports| ports.iter().find(|x| x["name"] == p))
+                        .unwrap_or_else(|| panic!("{file}: {name}: no port named {p}"))
+                });
+                assert!(named.is_some() || port.is_u64(), "{file}: {name}: {port}");
+            } else {
+                assert!(
+                    probe["exec"]["command"].is_array(),
+                    "{file}: {name}: {probe}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn the_extenders_verbs_stay_local_and_its_probes_are_served_on_the_pods_address() {
+    let pod = pod_template("scheduler.yaml");
+    let extender = container(&pod, "extender");
+    let command = words(&extender["command"]);
+    // Bind acts with the scheduler's rights: the verbs only on loopback, where the
+    // scheduler in the same pod calls them.
+    assert!(
+        flag(&command, "--listen").starts_with("127.0.0.1:"),
+        "{command:?}"
+    );
+    // The probes alone on every address, at the port the kubelet is told.
+    let health = flag(&command, "--health-listen");
+    let port = extender["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "health")
+        .unwrap()["containerPort"]
+        .as_u64()
+        .unwrap();
+    assert_eq!(health, format!("0.0.0.0:{port}"));
+    for (probe, path) in [("livenessProbe", "/livez"), ("readinessProbe", "/healthz")] {
+        assert_eq!(extender[probe]["httpGet"]["port"], "health", "{probe}");
+        assert_eq!(extender[probe]["httpGet"]["path"], path, "{probe}");
+    }
+}
+
+#[test]
+fn the_node_probes_ask_what_each_container_serves() {
+    let pod = pod_template("node.yaml");
+    // controld: its control socket answers, in the state dir it runs with.
+    let controld = container(&pod, "controld");
+    let run = words(&controld["command"]);
+    let state = flag(&run, "--state-dir");
+    for probe in ["livenessProbe", "readinessProbe"] {
+        let asks = words(&controld[probe]["exec"]["command"]);
+        assert_eq!(&asks[..3], ["controld", "container", "list"], "{probe}");
+        assert_eq!(flag(&asks, "--state-dir"), state, "{probe}");
+    }
+    // The device plugin: both of its sockets are in the kubelet's directory, which it
+    // mounts where it makes them.
+    let plugin = container(&pod, "device-plugin");
+    let script = words(&plugin["livenessProbe"]["exec"]["command"]).join(" ");
+    let dir = "/var/lib/kubelet/device-plugins";
+    assert!(plugin["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|m| m["mountPath"] == dir));
+    for resource in tessera_k8s::ids::Resource::ALL {
+        let socket = format!("test -S {dir}/{}", resource.socket());
+        assert!(script.contains(&socket), "{script} does not check {socket}");
+    }
+}
+
+#[test]
+fn the_oldest_supported_kubernetes_is_stated() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let read = |p: &str| std::fs::read_to_string(root.join(p)).unwrap();
+    let readme = read("README.md");
+    let kubernetes = &readme[readme.find("## Kubernetes").unwrap()..];
+    let kubernetes = &kubernetes[..kubernetes[3..]
+        .find("\n## ")
+        .map_or(kubernetes.len(), |e| e + 3)];
+    assert!(
+        kubernetes.contains("Kubernetes 1.26 or later"),
+        "README's Kubernetes section does not state the oldest version"
+    );
+    for file in ["deploy/node.yaml", "deploy/scheduler.yaml"] {
+        assert!(read(file).contains("1.26 or later"), "{file}");
+    }
+}

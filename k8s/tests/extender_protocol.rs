@@ -176,12 +176,13 @@ async fn bad_input_gets_a_clear_error_never_a_crash() {
         }
     }
 
-    // An unknown policy annotation: every node says so.
+    // An unknown policy annotation: every node says so, and no preemption can help.
     let mut bad_policy = names.clone();
     bad_policy["Pod"]["metadata"]["annotations"]["tessera.dev/card-policy"] = "tightest".into();
     let (_, answer) = post(&scheduler, "filter", &bad_policy).await;
     assert_eq!(answer["NodeNames"], serde_json::json!([]));
-    let failed = answer["FailedNodes"].as_object().unwrap();
+    assert_eq!(answer["FailedNodes"], serde_json::json!({}));
+    let failed = answer["FailedAndUnresolvableNodes"].as_object().unwrap();
     assert_eq!(failed.len(), 4);
     for why in failed.values() {
         let why = why.as_str().unwrap();
@@ -194,7 +195,8 @@ async fn bad_input_gets_a_clear_error_never_a_crash() {
     assert_eq!(status, 400);
     assert!(text.as_str().unwrap().contains("tightest"), "{text}");
 
-    // More memory than any card has: every node with cards says how much its largest has.
+    // More memory than any card has: every node with cards says how much its largest has,
+    // as unresolvable (evicting pods would not make a card larger).
     let mut too_big = names.clone();
     too_big["Pod"]["spec"]["containers"][0]["resources"]["limits"]["tessera.dev/gpu-memory"] =
         "80".into();
@@ -203,7 +205,7 @@ async fn bad_input_gets_a_clear_error_never_a_crash() {
     let (_, answer) = post(&scheduler, "filter", &too_big).await;
     assert_eq!(answer["NodeNames"], serde_json::json!([]));
     for node in ["node-a", "node-c"] {
-        let why = answer["FailedNodes"][node].as_str().unwrap();
+        let why = answer["FailedAndUnresolvableNodes"][node].as_str().unwrap();
         assert!(
             why.contains("80 GiB") && why.contains("more than any card here has (40 GiB)"),
             "{node}: {why}"
@@ -220,7 +222,7 @@ async fn bad_input_gets_a_clear_error_never_a_crash() {
                 memory.into();
         }
         let (_, answer) = post(&scheduler, "filter", &odd).await;
-        let failed = answer["FailedNodes"].as_object().unwrap();
+        let failed = answer["FailedAndUnresolvableNodes"].as_object().unwrap();
         assert_eq!(failed.len(), 4, "{core}/{memory}");
         assert!(
             failed.values().all(|w| w.as_str().unwrap().contains(words)),

@@ -10,7 +10,7 @@
 //! Nothing here locks a node: the state is this process's own, behind one mutex held only
 //! while a verb computes; the API server is never asked to serialize placements.
 
-use crate::ids::{CORES_PER_GPU, MEMORY_UNIT};
+use crate::ids::CORES_PER_GPU;
 use crate::requests::Ask;
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
@@ -65,7 +65,8 @@ impl Used {
         self.pods = self.pods.saturating_add(other.pods);
     }
 
-    fn minus(&mut self, other: &Used) {
+    /// Takes `other` away, saturating.
+    pub fn minus(&mut self, other: &Used) {
         self.core = self.core.saturating_sub(other.core);
         self.memory = self.memory.saturating_sub(other.memory);
         self.pods = self.pods.saturating_sub(other.pods);
@@ -340,6 +341,13 @@ impl Cluster {
         self.nodes.get(node).into_iter().flatten()
     }
 
+    /// A node's cards, by index, each with what is taken of it: read once per verb and node.
+    pub fn with_use(&self, node: &str, usage: &Usage) -> Vec<(&Card, Used)> {
+        self.node_cards(node)
+            .map(|c| (c, usage.get(&c.uuid)))
+            .collect()
+    }
+
     /// The nodes that have cards.
     pub fn nodes(&self) -> impl Iterator<Item = &str> {
         self.nodes.keys().map(String::as_str)
@@ -477,90 +485,11 @@ pub fn load(card: &Card, used: &Used) -> f64 {
     f64::from(used.core) / f64::from(CORES_PER_GPU) + memory
 }
 
-/// Whether a share fits on a card now.
-pub fn share_fits(card: &Card, used: &Used, ask: &Ask) -> bool {
-    card.healthy
-        && used.core + ask.core <= CORES_PER_GPU
-        && used.memory.saturating_add(ask.memory) <= card.memory
-}
-
-/// Why nothing on a node fits `ask`, or `None` when something does.
-pub fn why_not(cluster: &Cluster, node: &str, ask: &Ask, usage: &Usage) -> Option<String> {
-    // The common case first, without gathering anything.
-    if !ask.is_whole()
-        && cluster
-            .node_cards(node)
-            .any(|c| share_fits(c, &usage.get(&c.uuid), ask))
-    {
-        return None;
-    }
-    let cards: Vec<&Card> = cluster.node_cards(node).collect();
-    if cards.is_empty() {
-        return Some("the node has no Tessera GPU (no GPU object names it)".into());
-    }
-    let healthy: Vec<&Card> = cards.iter().copied().filter(|c| c.healthy).collect();
-    if healthy.is_empty() {
-        return Some(format!(
-            "all {} of the node's GPUs fail their health check",
-            cards.len()
-        ));
-    }
-    let used = |c: &Card| usage.get(&c.uuid);
-    if ask.is_whole() {
-        let empty = healthy.iter().filter(|c| used(c).is_empty()).count();
-        if healthy.len() < ask.cards() {
-            return Some(format!(
-                "asks {} whole GPUs; the node has {} healthy",
-                ask.cards(),
-                healthy.len()
-            ));
-        }
-        if ask.memory > healthy.iter().map(|c| c.memory).sum::<u64>() {
-            return Some(format!(
-                "asks {} GiB on {} whole GPUs, more than the node's cards have",
-                ask.memory / MEMORY_UNIT,
-                ask.cards()
-            ));
-        }
-        return (empty < ask.cards()).then(|| {
-            format!(
-                "asks {} whole GPUs; {empty} of the node's {} healthy GPUs are free",
-                ask.cards(),
-                healthy.len()
-            )
-        });
-    }
-    let largest = healthy.iter().map(|c| c.memory).max().unwrap_or(0);
-    if ask.memory > largest {
-        return Some(format!(
-            "asks {} GiB of GPU memory on one card, more than any card here has ({} GiB)",
-            ask.memory.div_ceil(MEMORY_UNIT),
-            largest / MEMORY_UNIT
-        ));
-    }
-    if healthy.iter().any(|c| share_fits(c, &used(c), ask)) {
-        return None;
-    }
-    let most = healthy
-        .iter()
-        .map(|c| {
-            (
-                CORES_PER_GPU - used(c).core.min(CORES_PER_GPU),
-                c.memory.saturating_sub(used(c).memory),
-            )
-        })
-        .max()
-        .unwrap_or((0, 0));
-    Some(format!(
-        "no GPU has {ask} free (the freest has {} core and {} GiB)",
-        most.0,
-        most.1 / MEMORY_UNIT
-    ))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::extender::policy::Policy;
+    use crate::ids::MEMORY_UNIT;
     use std::time::Duration;
 
     fn card_of(holder: &Holder) -> String {
@@ -614,8 +543,10 @@ mod tests {
             core: 30,
             memory: MEMORY_UNIT,
         };
-        let why = why_not(&cluster, "a", &ask, &cluster.usage(None)).unwrap();
-        assert!(why.contains("20 core"), "{why}");
+        let usage = cluster.usage(None);
+        let cards = cluster.with_use("a", &usage);
+        let why = crate::extender::fit::fit(&cards, &ask, Policy::Binpack).unwrap_err();
+        assert!(why.reason().contains("20 core"), "{why:?}");
         // The node stops publishing the pod placed by hand: its share is free again.
         cluster.set_published("GPU-0", vec![("ns/placed".into(), placed)]);
         assert_eq!(cluster.usage(None).get("GPU-0").core, 20);

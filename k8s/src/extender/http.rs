@@ -1,6 +1,8 @@
 //! The extender over HTTP, as kube-scheduler calls it: `POST /filter`, `/prioritize`,
 //! `/bind`, `/preempt` (the scheduler's `urlPrefix` is the address; the verb names are the
-//! paths), and `GET /healthz` for the Deployment's probes.
+//! paths), and `GET /healthz` (ready: the cluster is read) and `GET /livez` (serving) for
+//! the Deployment's probes, also served alone on an address of their own
+//! ([`health_router`]) where the kubelet can reach them and the verbs are not exposed.
 //!
 //! A body that cannot be read is answered, where the protocol has an `Error` field (filter,
 //! bind), with that field set and status 200, so that kube-scheduler shows the message on
@@ -28,6 +30,15 @@ pub fn router(extender: Arc<Extender>) -> Router {
         .route("/bind", post(bind))
         .route("/preempt", post(preempt))
         .route("/healthz", get(healthz))
+        .route("/livez", get(livez))
+        .with_state(extender)
+}
+
+/// The probes alone.
+pub fn health_router(extender: Arc<Extender>) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/livez", get(livez))
         .with_state(extender)
 }
 
@@ -86,10 +97,64 @@ async fn preempt(State(extender): State<Arc<Extender>>, body: Bytes) -> Response
     }
 }
 
+async fn livez() -> &'static str {
+    "ok"
+}
+
 async fn healthz(State(extender): State<Arc<Extender>>) -> Response {
     if extender.is_ready() {
         (StatusCode::OK, "ok").into_response()
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, "reading the cluster").into_response()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::extender::policy::Config;
+    use axum::body::Body;
+    use axum::http::{Method, Request};
+    use tower::ServiceExt;
+
+    async fn status(router: &Router, method: Method, path: &str) -> StatusCode {
+        let request = Request::builder()
+            .method(method)
+            .uri(path)
+            .body(Body::from("{}"))
+            .unwrap();
+        router.clone().oneshot(request).await.unwrap().status()
+    }
+
+    #[tokio::test]
+    async fn the_probe_address_serves_the_probes_and_no_verb() {
+        let extender = Arc::new(Extender::new(Config::default(), None));
+        let probes = health_router(extender.clone());
+        // Alive at once; ready once the cluster is read.
+        assert_eq!(status(&probes, Method::GET, "/livez").await, StatusCode::OK);
+        assert_eq!(
+            status(&probes, Method::GET, "/healthz").await,
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+        extender.set_ready();
+        assert_eq!(
+            status(&probes, Method::GET, "/healthz").await,
+            StatusCode::OK
+        );
+        // The verbs act with the scheduler's rights: never on the address the kubelet
+        // reaches.
+        for verb in ["/filter", "/prioritize", "/bind", "/preempt"] {
+            assert_eq!(
+                status(&probes, Method::POST, verb).await,
+                StatusCode::NOT_FOUND,
+                "{verb}"
+            );
+        }
+        let all = router(extender);
+        assert_eq!(status(&all, Method::GET, "/livez").await, StatusCode::OK);
+        assert_ne!(
+            status(&all, Method::POST, "/filter").await,
+            StatusCode::NOT_FOUND
+        );
     }
 }

@@ -1,68 +1,32 @@
 //! The two choices: which card of a node (bind, by the card policy) and how good each node is
 //! (prioritize, by the node policy).
 //!
-//! Card: `binpack` takes the fullest card the pod fits on, `spread` the emptiest; whole-card
-//! requests take empty cards only, by index. Node: `binpack` prefers the node whose chosen
+//! Card: [`super::fit`], the judgement every verb shares (`binpack` takes the fullest card
+//! the pod fits on, `spread` the emptiest; whole cards the empty ones that fit best). Node: `binpack` prefers the node whose chosen
 //! card ends fullest (with the pod's card policy `binpack`; otherwise the fullest node), so
 //! that partly used cards fill before a card is opened; `spread` prefers the node whose
 //! chosen card is emptiest now, then the emptiest node, so that load is even card by card.
 
-use super::cluster::{load, share_fits, Card, Cluster, Usage, Used};
+use super::cluster::{load, Cluster, Usage};
+use super::fit::{fit, Misfit};
 use super::policy::{Placement, Policy};
 use super::protocol::MAX_SCORE;
 use crate::requests::Ask;
 
-/// A node's cards, by index, each with what is taken of it: read once per verb and node.
-fn with_use<'a>(cluster: &'a Cluster, node: &str, usage: &Usage) -> Vec<(&'a Card, Used)> {
-    cluster
-        .node_cards(node)
-        .map(|c| (c, usage.get(&c.uuid)))
-        .collect()
-}
-
-/// Which of `cards` (by position) `ask` would take under `policy`.
-fn choose_among(cards: &[(&Card, Used)], ask: &Ask, policy: Policy) -> Option<Vec<usize>> {
-    if ask.is_whole() {
-        let empty: Vec<usize> = (0..cards.len())
-            .filter(|&i| cards[i].0.healthy && cards[i].1.is_empty())
-            .take(ask.cards())
-            .collect();
-        let memory: u64 = empty.iter().map(|&i| cards[i].0.memory).sum();
-        return (empty.len() == ask.cards() && ask.memory <= memory).then_some(empty);
-    }
-    let fitting = (0..cards.len())
-        .filter(|&i| share_fits(cards[i].0, &cards[i].1, ask))
-        .map(|i| (i, load(cards[i].0, &cards[i].1)));
-    // Ties go to the lower index: cards are by index and the first best is kept.
-    let best = match policy {
-        Policy::Binpack => fitting.fold(None, |best: Option<(usize, f64)>, (i, l)| match best {
-            Some((_, b)) if b >= l => best,
-            _ => Some((i, l)),
-        }),
-        Policy::Spread => fitting.fold(None, |best: Option<(usize, f64)>, (i, l)| match best {
-            Some((_, b)) if b <= l => best,
-            _ => Some((i, l)),
-        }),
-    };
-    best.map(|(i, _)| vec![i])
-}
-
-/// The cards of `node` that `ask` would take under `policy`, or `None` when it does not fit.
+/// The cards of `node` that `ask` would take under `policy`, or why it does not fit there.
 pub fn choose_cards(
     cluster: &Cluster,
     node: &str,
     ask: &Ask,
     policy: Policy,
     usage: &Usage,
-) -> Option<Vec<String>> {
-    let cards = with_use(cluster, node, usage);
-    let chosen = choose_among(&cards, ask, policy)?;
-    Some(
-        chosen
-            .into_iter()
-            .map(|i| cards[i].0.uuid.clone())
-            .collect(),
-    )
+) -> Result<Vec<String>, Misfit> {
+    let cards = cluster.with_use(node, usage);
+    let chosen = fit(&cards, ask, policy)?;
+    Ok(chosen
+        .into_iter()
+        .map(|i| cards[i].0.uuid.clone())
+        .collect())
 }
 
 /// The weight of the first of two loads in one key.
@@ -77,8 +41,8 @@ pub fn node_key(
     placement: Placement,
     usage: &Usage,
 ) -> Option<f64> {
-    let cards = with_use(cluster, node, usage);
-    let chosen = choose_among(&cards, ask, placement.card)?;
+    let cards = cluster.with_use(node, usage);
+    let chosen = fit(&cards, ask, placement.card).ok()?;
     let healthy = cards.iter().filter(|(c, _)| c.healthy);
     let count = healthy.clone().count().max(1);
     let node_load = healthy.map(|(c, used)| load(c, used)).sum::<f64>() / count as f64;
@@ -119,6 +83,7 @@ pub fn scores(keys: &[Option<f64>]) -> Vec<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::extender::cluster::{Card, Used};
     use crate::ids::MEMORY_UNIT;
 
     fn cluster(nodes: &[(&str, usize)]) -> Cluster {
@@ -178,10 +143,10 @@ mod tests {
             core: 200,
             memory: 0,
         };
-        assert_eq!(
+        assert!(matches!(
             choose_cards(&cluster, "a", &two, Policy::Spread, &usage),
-            None
-        );
+            Err(Misfit::Taken(_))
+        ));
     }
 
     #[test]

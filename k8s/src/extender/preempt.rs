@@ -1,12 +1,31 @@
 //! Which of the scheduler's proposed victims to evict on one node: kube-scheduler counts
 //! `tessera.dev/gpu-core` per node, so its proposal may free enough on the node and still
 //! not on any one card. Here a share needs one card freed enough, whole cards need cards
-//! emptied; the fewest victims win, lowest priority and largest first.
+//! emptied that hold the pod's memory; the fewest victims win, lowest priority and largest
+//! first. Whether the pod fits once they are gone is [`super::fit`]'s judgement, the one
+//! filter and bind make.
 
-use super::cluster::{load, share_fits, Cluster, Usage, Used};
+use super::cluster::{load, Card, Cluster, Holder, Usage, Used};
+use super::fit::fit;
+use super::policy::Policy;
+use crate::ids::CORES_PER_GPU;
 use crate::requests::Ask;
 use std::collections::BTreeSet;
 use std::time::Instant;
+
+/// What `holder` takes of `card`.
+fn taken_by(card: &Card, holder: &Holder) -> Used {
+    let (core, memory) = if holder.ask.is_whole() {
+        (CORES_PER_GPU, card.memory)
+    } else {
+        (holder.ask.core, holder.ask.memory)
+    };
+    Used {
+        core,
+        memory,
+        pods: 1,
+    }
+}
 
 /// The UIDs to evict on `node` so that `ask` fits, taken only from `allowed` and only of
 /// priority below `priority`; `None` when no such set exists.
@@ -19,69 +38,76 @@ pub fn victims(
     usage: &Usage,
     now: Instant,
 ) -> Option<Vec<String>> {
-    // Per healthy card: the victims that make room there, or None.
-    let mut per_card: Vec<Vec<String>> = Vec::new();
-    for card in cluster.node_cards(node).filter(|c| c.healthy) {
-        let mut used = usage.get(&card.uuid);
+    let cards = cluster.with_use(node, usage);
+    let evictable = |uid: &str, h: &Holder| allowed.contains(uid) && h.priority < priority;
+    // Per card: the victims that would make room there and what the card holds after.
+    let mut per_card: Vec<Option<(Vec<String>, Used)>> = Vec::new();
+    for (card, used) in &cards {
         let mut holders = cluster.holders_of(&card.uuid, now);
-        let evictable =
-            |uid: &str, h: &super::cluster::Holder| allowed.contains(uid) && h.priority < priority;
+        let mut used = *used;
         if ask.is_whole() {
-            if holders.iter().all(|(uid, h)| evictable(uid, h)) {
-                per_card.push(holders.iter().map(|(uid, _)| uid.to_string()).collect());
-            }
+            // A whole card must be emptied: all its holders go, or it cannot be had.
+            let all_go = holders.iter().all(|(uid, h)| evictable(uid, h));
+            let gone = used.pods as usize == holders.len();
+            per_card.push((all_go && gone).then(|| {
+                let uids = holders.iter().map(|(uid, _)| uid.to_string()).collect();
+                (uids, Used::default())
+            }));
             continue;
         }
         holders.retain(|(uid, h)| evictable(uid, h));
         // Lowest priority first, then the largest, so that few go.
         holders.sort_by(|(_, a), (_, b)| {
-            let size = |h: &super::cluster::Holder| {
-                let one = Used {
-                    core: h.ask.core,
-                    memory: h.ask.memory,
-                    pods: 1,
-                };
-                load(card, &one)
-            };
+            let size = |h: &Holder| load(card, &taken_by(card, h));
             a.priority
                 .cmp(&b.priority)
                 .then(size(b).total_cmp(&size(a)))
         });
+        let fits = |used: &Used| fit(&[(*card, *used)], ask, Policy::Binpack).is_ok();
         let mut chosen = Vec::new();
-        let mut fits = share_fits(card, &used, ask);
         for (uid, h) in holders {
-            if fits {
+            if fits(&used) {
                 break;
             }
-            let (core, memory) = if h.ask.is_whole() {
-                (crate::ids::CORES_PER_GPU, card.memory)
-            } else {
-                (h.ask.core, h.ask.memory)
-            };
-            used.core = used.core.saturating_sub(core);
-            used.memory = used.memory.saturating_sub(memory);
-            used.pods = used.pods.saturating_sub(1);
+            used.minus(&taken_by(card, h));
             chosen.push(uid.to_string());
-            fits = share_fits(card, &used, ask);
         }
-        if fits {
-            per_card.push(chosen);
-        }
+        per_card.push(fits(&used).then_some((chosen, used)));
     }
-    per_card.sort_by_key(Vec::len);
-    if per_card.len() < ask.cards() {
-        return None;
+    // The cards in the order of the victims they cost; the fewest that make the pod fit.
+    let mut order: Vec<usize> = (0..cards.len())
+        .filter(|&i| per_card[i].is_some())
+        .collect();
+    order.sort_by_key(|&i| per_card[i].as_ref().map_or(0, |(v, _)| v.len()));
+    for take in ask.cards()..=order.len() {
+        let after: Vec<(&Card, Used)> = cards
+            .iter()
+            .enumerate()
+            .map(|(i, (card, used))| match &per_card[i] {
+                Some((_, freed)) if order[..take].contains(&i) => (*card, *freed),
+                // Not freed: as it is, which a whole-card pod cannot take.
+                _ => (*card, *used),
+            })
+            .collect();
+        let Ok(chosen) = fit(&after, ask, Policy::Binpack) else {
+            continue;
+        };
+        let mut out: Vec<String> = chosen
+            .iter()
+            .filter(|i| order[..take].contains(i))
+            .filter_map(|&i| per_card[i].as_ref())
+            .flat_map(|(v, _)| v.iter().cloned())
+            .collect();
+        out.sort();
+        out.dedup();
+        return Some(out);
     }
-    let mut out: Vec<String> = per_card.into_iter().take(ask.cards()).flatten().collect();
-    out.sort();
-    out.dedup();
-    Some(out)
+    None
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::extender::cluster::{Card, Holder};
     use crate::ids::MEMORY_UNIT;
 
     #[test]

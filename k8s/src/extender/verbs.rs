@@ -3,7 +3,8 @@
 //! card policy's card, recorded on the pod, then the binding) and preempt (victims that free
 //! enough on one card).
 
-use super::cluster::{why_not, Cluster, Holder};
+use super::cluster::{Cluster, Holder};
+use super::fit::Misfit;
 use super::place::{choose_cards, node_key, scores};
 use super::policy::{Config, Placement};
 use super::protocol::{
@@ -82,7 +83,9 @@ impl Extender {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Filter: every node with a card that fits passes; each other says why.
+    /// Filter: every node with a card that fits passes; each other says why, as unresolvable
+    /// where no eviction could make room ([`Misfit::Never`]) or the pod itself cannot be
+    /// placed anywhere.
     pub fn filter(&self, args: &ExtenderArgs) -> ExtenderFilterResult {
         let by_name = args.node_names.is_some();
         let names = match (&args.node_names, &args.nodes) {
@@ -102,26 +105,35 @@ impl Extender {
                 ..Default::default()
             };
         }
+        // Nodes where evicting pods may make room, and those where nothing would.
         let mut failed = BTreeMap::new();
+        let mut never = BTreeMap::new();
         let passing: BTreeSet<String> = match terms(&self.config, &args.pod) {
             Err(why) => {
                 for name in &names {
-                    failed.insert(name.clone(), format!("pod {}: {why}", pod_key(&args.pod)));
+                    never.insert(name.clone(), format!("pod {}: {why}", pod_key(&args.pod)));
                 }
                 BTreeSet::new()
             }
             Ok((ask, _)) if ask.is_none() => names.iter().cloned().collect(),
-            Ok((ask, _)) => {
+            Ok((ask, placement)) => {
                 let mut state = self.lock();
                 state.expire(Instant::now());
                 let usage = state.usage(args.pod.metadata.uid.as_deref());
                 names
                     .iter()
-                    .filter(|name| match why_not(&state, name, &ask, &usage) {
-                        None => true,
-                        Some(why) => {
-                            failed.insert((*name).clone(), why);
-                            false
+                    .filter(|name| {
+                        let cards = state.with_use(name, &usage);
+                        match super::fit::fit(&cards, &ask, placement.card) {
+                            Ok(_) => true,
+                            Err(Misfit::Taken(why)) => {
+                                failed.insert((*name).clone(), why);
+                                false
+                            }
+                            Err(Misfit::Never(why)) => {
+                                never.insert((*name).clone(), why);
+                                false
+                            }
                         }
                     })
                     .cloned()
@@ -130,6 +142,7 @@ impl Extender {
         };
         let mut result = ExtenderFilterResult {
             failed_nodes: failed,
+            failed_and_unresolvable_nodes: never,
             ..Default::default()
         };
         if by_name {
@@ -205,13 +218,8 @@ impl Extender {
             let now = Instant::now();
             state.expire(now);
             let usage = state.usage(Some(&uid));
-            cards = choose_cards(&state, &args.node, &ask, placement.card, &usage).ok_or_else(
-                || {
-                    let why = why_not(&state, &args.node, &ask, &usage)
-                        .unwrap_or_else(|| "no card fits".into());
-                    format!("cannot bind {who} to {}: {why}", args.node)
-                },
-            )?;
+            cards = choose_cards(&state, &args.node, &ask, placement.card, &usage)
+                .map_err(|why| format!("cannot bind {who} to {}: {}", args.node, why.reason()))?;
             let holder = Holder {
                 pod: who.clone(),
                 cards: cards.clone(),

@@ -1,14 +1,12 @@
 //! `kubectl get gpus` without kubectl: the table of the CRD's printer columns, read from the
 //! same declaration that makes the CRD, so that what a test sees is what an operator sees.
 
-use super::GPU;
-use kube::CustomResourceExt;
 use serde_json::Value;
 
 /// The table for these objects: `NAME` and each printer column, one row per object,
 /// columns padded as kubectl pads them. A field that is not set prints `<none>`.
 pub fn table(objects: &[Value]) -> String {
-    let crd = GPU::crd();
+    let crd = super::crd();
     let columns: Vec<(String, String)> = crd
         .spec
         .versions

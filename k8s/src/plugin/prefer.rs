@@ -152,6 +152,28 @@ pub fn choose(
         }
         return (fallback(ask), None);
     }
+    if resource == Resource::Memory && scheduled.len() > 1 {
+        // The memory of a pod of several whole cards: on those cards, which the scheduler
+        // counts as wholly taken, never on a card others share.
+        let on_scheduled: Vec<&String> = scheduled
+            .iter()
+            .filter_map(|uuid| by_card.get(uuid.as_str()))
+            .flatten()
+            .map(|(_, text)| *text)
+            .collect();
+        if on_scheduled.len() >= ask.size && must_cards.iter().all(|m| scheduled.contains(m)) {
+            let mut chosen: Vec<String> = must.iter().map(|t| (*t).clone()).collect();
+            for text in on_scheduled {
+                if chosen.len() >= ask.size {
+                    break;
+                }
+                if !chosen.contains(text) {
+                    chosen.push(text.clone());
+                }
+            }
+            return (chosen, None);
+        }
+    }
     // One card: the paired one if it fits, else the fullest that fits; it must hold every
     // must-include ID.
     let fits = |uuid: &str| {
@@ -346,6 +368,31 @@ mod tests {
         assert_eq!(card_with(&view).as_deref(), Some("GPU-b"));
         // Knowing nothing of the cores, the fullest.
         assert_eq!(card_with(&CoreView::default()).as_deref(), Some("GPU-a"));
+    }
+
+    #[test]
+    fn the_memory_of_several_whole_cards_stays_on_them() {
+        let order: Vec<String> = ["GPU-a", "GPU-b", "GPU-c"].map(String::from).into();
+        let available: Vec<String> = order
+            .iter()
+            .flat_map(|u| ids(u, Resource::Memory, 0..40))
+            .collect();
+        let ask = Ask {
+            available,
+            must_include: vec![],
+            size: 60,
+        };
+        let scheduled = ["GPU-b".to_string(), "GPU-c".to_string()];
+        let hints = Hints {
+            scheduled: &scheduled,
+            ..Hints::none()
+        };
+        let (chosen, _) = choose(Resource::Memory, &ask, &order, hints);
+        assert_eq!(chosen.len(), 60);
+        assert!(
+            chosen.iter().all(|id| !id.starts_with("GPU-a-")),
+            "{chosen:?}"
+        );
     }
 
     #[test]
