@@ -329,9 +329,10 @@ fn ioctl_passthrough(c: &mut Criterion) {
     for (side, f) in [("libc", libc_ioctl), ("libtessera", ours)] {
         g.bench_function(BenchmarkId::new("other", side), |b| {
             let mut n: c_int = 0;
-            // SAFETY: FIONREAD on our pipe writes one int to a valid pointer.
             b.iter(|| {
-                black_box(unsafe { f(black_box(fds[0]), libc::FIONREAD, (&raw mut n).cast()) })
+                // SAFETY: FIONREAD on our pipe writes one int to a valid pointer.
+                let rc = unsafe { f(black_box(fds[0]), libc::FIONREAD, (&raw mut n).cast()) };
+                black_box(rc)
             })
         });
     }
