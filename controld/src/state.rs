@@ -257,6 +257,11 @@ impl State {
         let bytes = match read_no_follow(&path) {
             Ok(bytes) => bytes,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Declaration::Missing,
+            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+                return Declaration::Unreadable(
+                    "it is a symbolic link, which is never followed".into(),
+                )
+            }
             Err(e) => return Declaration::Unreadable(format!("cannot read it: {e}")),
         };
         match serde_json::from_slice::<Saved>(&bytes) {
@@ -961,14 +966,38 @@ enum Declaration {
 fn read_no_follow(path: &Path) -> std::io::Result<Vec<u8>> {
     use std::io::Read;
     use std::os::unix::fs::OpenOptionsExt;
-    let mut bytes = Vec::new();
-    std::fs::OpenOptions::new()
+    // Non-blocking: opening a FIFO put in a declaration's place must not hang the daemon
+    // (it would wait for a writer); a regular file reads as ever.
+    let file = std::fs::OpenOptions::new()
         .read(true)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(path)?
-        .take(1 << 20)
-        .read_to_end(&mut bytes)?;
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)?;
+    let kind = file.metadata()?.file_type();
+    if !kind.is_file() {
+        return Err(std::io::Error::other(format!(
+            "it is not a regular file but {}",
+            describe_kind(kind)
+        )));
+    }
+    let mut bytes = Vec::new();
+    file.take(1 << 20).read_to_end(&mut bytes)?;
     Ok(bytes)
+}
+
+/// A file type in words, for a log line.
+fn describe_kind(kind: std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if kind.is_fifo() {
+        "a FIFO"
+    } else if kind.is_socket() {
+        "a socket"
+    } else if kind.is_dir() {
+        "a directory"
+    } else if kind.is_char_device() || kind.is_block_device() {
+        "a device"
+    } else {
+        "not a file"
+    }
 }
 
 /// The declaration file beside a region.

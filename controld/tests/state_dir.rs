@@ -130,3 +130,45 @@ fn a_restart_keeps_containers_as_declared_or_refuses_them_loudly() {
     node.ctl_ok(&["container", "add", "spoilt", "--memory", "1GiB"]);
     assert!(node.container("spoilt").is_some());
 }
+
+/// Files that are no regular files, named like state files (a FIFO, a socket, a symbolic
+/// link, as a declaration or as a region): the daemon starts, sets each aside and says so,
+/// instead of waiting on a FIFO for a writer that never comes.
+#[test]
+fn odd_files_named_like_state_files_are_set_aside_not_waited_on() {
+    use std::os::unix::net::UnixListener;
+    let mut node = Node::new("odd-files");
+    let dir = node.state_dir();
+    std::fs::create_dir_all(&dir).unwrap();
+    for name in ["fifo.json", "pipe.region"] {
+        let path =
+            std::ffi::CString::new(dir.join(name).into_os_string().into_encoded_bytes()).unwrap();
+        // SAFETY: a NUL-terminated path; mkfifo has no other precondition.
+        assert_eq!(
+            unsafe { libc::mkfifo(path.as_ptr(), 0o600) },
+            0,
+            "mkfifo {name}"
+        );
+    }
+    drop(UnixListener::bind(dir.join("sock.json")).unwrap());
+    std::os::unix::fs::symlink("/etc/hostname", dir.join("link.json")).unwrap();
+    // Bounded: a daemon that waited on the FIFO would not answer within start's 20 s.
+    node.start(None);
+    let status = node.status();
+    let problems = status["problems"].to_string();
+    for (name, why) in [
+        ("fifo.json", "not a regular file but a FIFO"),
+        ("sock.json", "cannot read it"),
+        ("link.json", "symbolic link"),
+        ("pipe.region", "pipe.region"),
+    ] {
+        assert!(problems.contains(name), "{name} not named in {problems}");
+        assert!(problems.contains(why), "{name}: no {why:?} in {problems}");
+        assert!(
+            std::fs::symlink_metadata(dir.join(name)).is_err(),
+            "{name} was left in the state dir"
+        );
+    }
+    // And it serves as ever.
+    node.ctl_ok(&["container", "add", "after", "--memory", "1GiB"]);
+}
