@@ -144,11 +144,8 @@ fn odd_files_named_like_state_files_are_set_aside_not_waited_on() {
         let path =
             std::ffi::CString::new(dir.join(name).into_os_string().into_encoded_bytes()).unwrap();
         // SAFETY: a NUL-terminated path; mkfifo has no other precondition.
-        assert_eq!(
-            unsafe { libc::mkfifo(path.as_ptr(), 0o600) },
-            0,
-            "mkfifo {name}"
-        );
+        let made = unsafe { libc::mkfifo(path.as_ptr(), 0o600) };
+        assert_eq!(made, 0, "mkfifo {name}");
     }
     drop(UnixListener::bind(dir.join("sock.json")).unwrap());
     std::os::unix::fs::symlink("/etc/hostname", dir.join("link.json")).unwrap();
