@@ -188,6 +188,9 @@ impl Daemon {
         if let Some(memory) = watchdog.device_memory() {
             state.set_devices(memory);
         }
+        if let Some(uuids) = watchdog.device_uuids() {
+            state.set_device_uuids(uuids);
+        }
         let applied = state.apply_config(&config.containers, &[]);
         for line in applied.log {
             tracing::info!("{line}");
