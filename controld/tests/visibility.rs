@@ -267,7 +267,7 @@ fn a_runtime_that_renumbers_cards_leaves_each_container_on_its_own_card() {
         assert_eq!(doc["count"], 1, "{name} sees one GPU: {doc}");
         assert_eq!(
             uuids(&doc),
-            [card.clone()],
+            std::slice::from_ref(card),
             "{name} sees its own card: {doc}"
         );
         assert_eq!(doc["devices"][0]["total"], cap, "{name}'s cap: {doc}");

@@ -61,10 +61,7 @@ mod tests {
         assert_eq!(text, "GPU-00112233-4455-6677-8899-aabbccddeeff");
         assert_eq!(self::text(&uuid)[TEXT_LEN], 0, "NUL-terminated");
         assert_eq!(parse(&text), Some(uuid));
-        assert_eq!(
-            parse(&text.to_uppercase().replace("GPU", "GPU")),
-            Some(uuid)
-        );
+        assert_eq!(parse(&text.to_uppercase()), Some(uuid));
         assert_eq!(parse("MIG-00112233-4455-6677-8899-aabbccddeeff"), None);
         assert_eq!(parse("GPU-0011"), None);
     }
