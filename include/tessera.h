@@ -115,7 +115,8 @@ struct tessera_device_account {
     uint64_t memory_cap;       /* atomic: cap in bytes; TESSERA_UNLIMITED for none */
     uint64_t memory_used;      /* atomic: bytes reserved by all the container's processes */
     uint64_t context_bytes;    /* atomic: a context's cost as last measured; 0 = unknown */
-    uint8_t reserved[40];      /* zero */
+    uint64_t uuid[2];          /* atomic (d): the device's UUID, big-endian halves; 0 = unknown */
+    uint8_t reserved[24];      /* zero */
 };
 
 /* One device's compute account for the whole container: launch gate, GPU-time token

@@ -188,6 +188,15 @@ impl Daemon {
         if let Some(memory) = watchdog.device_memory() {
             state.set_devices(memory);
         }
+        match watchdog.device_uuids() {
+            Some(uuids) => state.set_device_uuids(uuids),
+            // Said once at start: the one case where a container's cards are named by node
+            // index, which a runtime that renumbers cards (NVIDIA's) does not keep.
+            None => tracing::warn!(
+                "no GPU UUIDs without NVML: containers find their GPUs by node index, which is \
+                 right only where they see every GPU of the node"
+            ),
+        }
         let applied = state.apply_config(&config.containers, &[]);
         for line in applied.log {
             tracing::info!("{line}");

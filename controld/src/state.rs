@@ -176,6 +176,9 @@ pub struct State {
     roster: Arc<Roster>,
     /// The memory of each GPU of the node, by index, where the daemon could learn it.
     devices: Option<Vec<u64>>,
+    /// The UUID of each GPU of the node, by index, where the daemon could learn it: written
+    /// into every region, so that a container's library finds its devices by UUID.
+    uuids: Vec<Option<[u8; 16]>>,
 }
 
 /// Kinds of tampering found by [`State::guard_regions`], reported once each.
@@ -211,6 +214,7 @@ impl State {
             problems: Vec::new(),
             roster: Arc::new(Roster::default()),
             devices: None,
+            uuids: Vec::new(),
         };
         let mut log = Vec::new();
         let mut stems: Vec<String> = std::fs::read_dir(dir)
@@ -327,7 +331,7 @@ impl State {
         };
         // The declaration is the record: caps written into the region while no daemon ran
         // are put back.
-        apply_caps(&region, limits.as_ref(), &saved.spec);
+        apply_caps(&region, limits.as_ref(), &saved.spec, &self.uuids);
         if problems.is_empty() {
             log.push(format!("adopted container {name} ({})", path.display()));
         }
@@ -488,6 +492,16 @@ impl State {
         self.devices = Some(memory);
     }
 
+    /// Tells the state each GPU's UUID (by index), and writes them into every region: a
+    /// container runtime may show a container its cards renumbered from 0, and the library
+    /// finds which of its accounts a device is by these.
+    pub fn set_device_uuids(&mut self, uuids: Vec<Option<[u8; 16]>>) {
+        self.uuids = uuids;
+        for m in self.containers.values() {
+            write_uuids(&m.region, &self.uuids);
+        }
+    }
+
     /// Checks that `spec` names GPUs the node has and caps none beyond its memory (when the
     /// node's GPUs are known).
     fn check_devices(&self, spec: &ContainerSpec) -> Result<(), StateError> {
@@ -569,7 +583,7 @@ impl State {
                 Region::open_or_create(&path, &init)?
             }
         };
-        apply_caps(&region, limits.as_ref(), &spec);
+        apply_caps(&region, limits.as_ref(), &spec, &self.uuids);
         self.save(&spec, origin)?;
         self.containers.insert(
             name.clone(),
@@ -624,7 +638,7 @@ impl State {
         let origin = self.containers[&name].origin;
         self.save(&spec, origin)?;
         let m = self.containers.get_mut(&name).expect("present");
-        apply_caps(&m.region, m.limits.as_ref(), &spec);
+        apply_caps(&m.region, m.limits.as_ref(), &spec, &self.uuids);
         m.spec = spec;
         self.publish();
         Ok(())
@@ -1009,7 +1023,13 @@ struct Saved {
 
 /// Writes a spec's caps and GPUs into its region and its limits file: the container's
 /// processes see only its GPUs.
-fn apply_caps(region: &Region, limits: Option<&Limits>, spec: &ContainerSpec) {
+fn apply_caps(
+    region: &Region,
+    limits: Option<&Limits>,
+    spec: &ContainerSpec,
+    uuids: &[Option<[u8; 16]>],
+) {
+    write_uuids(region, uuids);
     for (dev, cap) in spec.memory_caps().into_iter().enumerate() {
         if let Some(limits) = limits {
             if limits.memory_cap(dev) != cap {
@@ -1027,6 +1047,16 @@ fn apply_caps(region: &Region, limits: Option<&Limits>, spec: &ContainerSpec) {
         .fold(0u32, |mask, &g| mask | 1 << g);
     if region.gpus() != Some(gpus) {
         region.set_gpus(Some(gpus));
+    }
+}
+
+/// Writes the node's GPU UUIDs (by index) into a region; the devices past them unknown.
+fn write_uuids(region: &Region, uuids: &[Option<[u8; 16]>]) {
+    for dev in 0..MAX_DEVICES {
+        let uuid = uuids.get(dev).copied().flatten();
+        if region.uuid(dev) != uuid {
+            region.set_uuid(dev, uuid);
+        }
     }
 }
 

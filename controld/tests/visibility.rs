@@ -216,3 +216,121 @@ fn a_container_given_gpu_1_is_gated_on_gpu_1() {
         "launches on GPU 1 were gated or charged on GPU 0's account"
     );
 }
+
+/// The variable through which simgpu plays a container runtime: the process sees only the
+/// devices it names, numbered from 0, as NVIDIA's runtime shows a container its cards.
+const RUNTIME_DEVICES: &str = "SIMGPU_CONTAINER_DEVICES";
+
+/// A container started by a runtime that shows it only `card` (a UUID), as its device 0.
+fn in_runtime(
+    node: &Node,
+    name: &str,
+    card: &str,
+    program: impl AsRef<std::ffi::OsStr>,
+) -> std::process::Command {
+    let mut cmd = node.in_container(name, program);
+    cmd.env(RUNTIME_DEVICES, card);
+    cmd
+}
+
+/// A two-GPU node whose container runtime renumbers the cards: the container given the
+/// second card sees one GPU (that card, as device 0) with its cap, and is gated and charged
+/// on the second card's account; the container given the first card runs beside it on its
+/// own card, with its own share, untouched.
+#[test]
+fn a_runtime_that_renumbers_cards_leaves_each_container_on_its_own_card() {
+    let _serial = tessera_tests::timing_lock();
+    let mut node = two_gpu_node("renumbering-runtime");
+    let config = node.write_config(
+        "[[container]]\nname = \"second\"\ngpus = [1]\ncompute = \"fixed:30\"\nmemory = \"4GiB\"\n\n\
+         [[container]]\nname = \"first\"\ngpus = [0]\ncompute = \"fixed:80\"\nmemory = \"8GiB\"\n",
+    );
+    node.start(Some(&config));
+    let nvml = nvml_client();
+    let whole = nvml_doc(
+        &tessera_tests::run_with_timeout(&mut node.sim.command(&nvml), Duration::from_secs(30)),
+        "nvml_client outside any container",
+    );
+    let cards = uuids(&whole);
+    assert_eq!(cards.len(), 2, "{whole}");
+
+    // NVML in each container: one GPU, its own card, with its own cap.
+    for (name, card, cap) in [
+        ("second", &cards[1], 4u64 << 30),
+        ("first", &cards[0], 8 << 30),
+    ] {
+        let out = tessera_tests::run_with_timeout(
+            &mut in_runtime(&node, name, card, &nvml),
+            Duration::from_secs(30),
+        );
+        let doc = nvml_doc(&out, &format!("nvml_client in {name}"));
+        assert_eq!(doc["count"], 1, "{name} sees one GPU: {doc}");
+        assert_eq!(
+            uuids(&doc),
+            std::slice::from_ref(card),
+            "{name} sees its own card: {doc}"
+        );
+        assert_eq!(doc["devices"][0]["total"], cap, "{name}'s cap: {doc}");
+    }
+
+    // Both train at once, each on the only device it sees.
+    let train = |name: &str, card: &str| {
+        let mut cmd = in_runtime(&node, name, card, &tessera_tests::artifacts().gpuload);
+        cmd.args(["train", "--kernel-ms", "1", "--seconds", "3"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        cmd.spawn().expect("start gpuload")
+    };
+    let (second, first) = (train("second", &cards[1]), train("first", &cards[0]));
+    let reports: Vec<Value> = [("second", second), ("first", first)]
+        .into_iter()
+        .map(|(name, child)| {
+            let out = tessera_tests::wait_with_timeout(child, Duration::from_secs(60), name);
+            assert!(
+                out.status.success(),
+                "gpuload train in {name}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let report: Value = serde_json::from_slice(&out.stdout).expect("gpuload's report");
+            assert_eq!(report["device"], 0, "{name} sees its one card as device 0");
+            report
+        })
+        .collect();
+    let fraction = |r: &Value| r["gpu_fraction"].as_f64().unwrap();
+    assert!(
+        (0.15..=0.45).contains(&fraction(&reports[0])),
+        "fixed:30 on the second card got {:.1} % of it",
+        fraction(&reports[0]) * 100.0
+    );
+    assert!(
+        fraction(&reports[1]) >= 0.5,
+        "fixed:80 on the first card got only {:.1} % of it",
+        fraction(&reports[1]) * 100.0
+    );
+
+    // Each was gated and charged on its own card's account only.
+    use std::sync::atomic::Ordering::Relaxed;
+    for (name, own, other) in [("second", 1, 0), ("first", 0, 1)] {
+        let region = tessera_region::Region::open(&node.region(name)).expect("region");
+        let (own, other) = (region.compute(own), region.compute(other));
+        assert!(
+            own.launches.load(Relaxed) > 0 && own.measured_ns.load(Relaxed) > 0,
+            "{name}: nothing measured on its card's account"
+        );
+        assert_eq!(
+            (
+                other.launches.load(Relaxed),
+                other.measured_ns.load(Relaxed)
+            ),
+            (0, 0),
+            "{name}: work charged on the other card's account"
+        );
+    }
+    let stat = node.sim.stat();
+    for d in 0..2 {
+        assert!(
+            tessera_tests::json_u64(&stat, &format!("/devices/{d}/busy_ns")) > 0,
+            "nothing ran on card {d}: {stat}"
+        );
+    }
+}

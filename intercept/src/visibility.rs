@@ -2,22 +2,31 @@
 //! processes.
 //!
 //! The GPUs come from the region (`controld` writes them with the caps, from `exec --gpus`
-//! or the config). The driver is told through `CUDA_VISIBLE_DEVICES`, set at the process's
-//! first `cuInit`, before the driver reads it: a real driver and simgpu both honour it, so
-//! device count, ordinals and every driver-internal view of the devices (the CUDA runtime
-//! checks the driver's own enumeration against its) agree. An application's own
-//! `CUDA_VISIBLE_DEVICES` (ordinals, as it would write them on a machine of the container's
-//! GPUs) picks among the container's GPUs. Filtering the driver's answers in this library
-//! instead would leave the driver's internal enumeration out of step with the runtime's, and
-//! the runtime refuses to start then.
+//! or the config, and each device's UUID from the node's NVML). The driver is told through
+//! `CUDA_VISIBLE_DEVICES`, set at the process's first `cuInit`, before the driver reads it:
+//! a real driver and simgpu both honour it, so device count, ordinals and every
+//! driver-internal view of the devices (the CUDA runtime checks the driver's own enumeration
+//! against its) agree. An application's own `CUDA_VISIBLE_DEVICES` (ordinals, as it would
+//! write them on a machine of the container's GPUs) picks among the container's GPUs.
+//! Filtering the driver's answers in this library instead would leave the driver's internal
+//! enumeration out of step with the runtime's, and the runtime refuses to start then.
+//!
+//! The devices are named to the driver by UUID where the region has them: a container
+//! runtime (NVIDIA's) shows a container only the cards it was given, renumbered from 0, so
+//! the node index of a card is no ordinal the container's driver knows (GPU 1 of the node is
+//! its device 0). A UUID names the same card inside and out. Only a region without UUIDs (a
+//! daemon without NVML) names them by node index, right where the process sees the node's
+//! devices as they are.
 //!
 //! The caps and `controld`'s accounts are kept by the node's GPU index; [`account`] maps a
 //! CUDA ordinal to it. NVML ignores `CUDA_VISIBLE_DEVICES` (as it does on a GPU node), so its
-//! device count and handles are translated here, and its running-process queries list the
-//! container's own processes only (the pids of its region's live slots, and this process):
-//! another container's processes and their memory are none of its business. Pids are
-//! compared as each process recorded its own, so this holds where the container's processes
-//! and NVML share a pid namespace, as on simgpu and on a host without one.
+//! device count and handles are translated here, by UUID where the region has them (NVML's
+//! own indexes are renumbered in a container, as the driver's are), and its running-process
+//! queries list the container's own processes only (the pids of its region's live slots,
+//! and this process): another container's processes and their memory are none of its
+//! business. Pids are compared as each process recorded its own, so this holds where the
+//! container's processes and NVML share a pid namespace, as on simgpu and on a host without
+//! one.
 
 use crate::container;
 use crate::hooks::real;
@@ -95,7 +104,19 @@ fn compose() {
         if given.is_none() {
             return;
         }
-        let value = devices.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
+        let region = container::get().map(|c| c.region());
+        let uuids: Option<Vec<[u8; 16]>> = devices
+            .iter()
+            .map(|&d| region.and_then(|r| r.uuid(d as usize)))
+            .collect();
+        let value = match uuids {
+            Some(uuids) => uuids
+                .iter()
+                .map(tessera_region::uuid::to_string)
+                .collect::<Vec<_>>()
+                .join(","),
+            None => devices.iter().map(u32::to_string).collect::<Vec<_>>().join(","),
+        };
         if let (Ok(name), Ok(value)) = (CString::new(VISIBLE_DEVICES), CString::new(value)) {
             // SAFETY: both strings are NUL-terminated. The environment is changed once, at the
             // process's first cuInit, before the driver reads it; a thread of the application
@@ -129,6 +150,53 @@ fn given() -> Option<u32> {
     container::get()?.region().gpus()
 }
 
+/// The UUIDs of the container's GPUs, in node order, where the region has every one.
+fn given_uuids(mask: u32) -> Option<([[u8; 16]; MAX_DEVICES], usize)> {
+    let region = container::get()?.region();
+    let mut out = [[0u8; 16]; MAX_DEVICES];
+    let mut n = 0;
+    for d in (0..MAX_DEVICES as u32).filter(|&d| mask & 1 << d != 0) {
+        out[n] = region.uuid(d as usize)?;
+        n += 1;
+    }
+    Some((out, n))
+}
+
+/// NVML's handle of the device of `uuid`, by the real lookup.
+fn nvml_handle_of(uuid: &[u8; 16]) -> Option<*mut c_void> {
+    let find = real::nvmlDeviceGetHandleByUUID::real()?;
+    let text = tessera_region::uuid::text(uuid);
+    let mut handle = std::ptr::null_mut();
+    // SAFETY: a NUL-terminated string; writes one handle to our local.
+    (unsafe { find(text.as_ptr().cast(), &mut handle) } == SUCCESS).then_some(handle)
+}
+
+/// The UUID NVML gives `device`.
+fn nvml_uuid_of(device: *mut c_void) -> Option<[u8; 16]> {
+    let get = real::nvmlDeviceGetUUID::real()?;
+    let mut text = [0u8; 96];
+    // SAFETY: device is a handle NVML gave; NVML writes at most `len` bytes, NUL included.
+    if unsafe { get(device, text.as_mut_ptr().cast(), text.len() as c_uint) } != SUCCESS {
+        return None;
+    }
+    let end = text.iter().position(|&b| b == 0)?;
+    tessera_region::uuid::parse(std::str::from_utf8(&text[..end]).ok()?)
+}
+
+/// The account (node index) of an NVML device: by its UUID among the container's GPUs where
+/// the region has their UUIDs (NVML's index is the container runtime's renumbering there),
+/// else NVML's index. `None` for a device that is not the container's.
+pub(crate) fn nvml_account(device: *mut c_void) -> Option<usize> {
+    if let Some(mask) = given() {
+        if let Some((uuids, n)) = given_uuids(mask) {
+            let uuid = nvml_uuid_of(device)?;
+            let k = uuids[..n].iter().position(|u| *u == uuid)?;
+            return nth_visible(mask, k as u32).map(|d| d as usize);
+        }
+    }
+    nvml_node_index(device).map(|i| i as usize)
+}
+
 /// How many of the first `count` node devices the container has.
 fn visible_count(mask: u32, count: u32) -> u32 {
     (0..count.min(32)).filter(|&d| mask & 1 << d != 0).count() as u32
@@ -153,8 +221,17 @@ pub(crate) unsafe fn nvml_count(real: real::nvmlDeviceGetCount::Real, count: *mu
     let rc = unsafe { real(count) };
     if rc == SUCCESS && !count.is_null() {
         if let Some(mask) = given() {
-            // SAFETY: non-null, and NVML has just written the count there.
-            unsafe { count.write(visible_count(mask, count.read())) };
+            let visible = match given_uuids(mask) {
+                // Those NVML knows: in a container, those the runtime shows it.
+                Some((uuids, n)) => uuids[..n]
+                    .iter()
+                    .take_while(|u| nvml_handle_of(u).is_some())
+                    .count() as u32,
+                // SAFETY: non-null, and NVML has just written the count there.
+                None => visible_count(mask, unsafe { count.read() }),
+            };
+            // SAFETY: as above.
+            unsafe { count.write(visible) };
         }
     }
     rc
@@ -171,6 +248,17 @@ pub(crate) unsafe fn nvml_handle_by_index(
         // SAFETY: the caller's arguments, passed on.
         return unsafe { real(index, device) };
     };
+    if let Some((uuids, n)) = given_uuids(mask) {
+        let found = uuids[..n].get(index as usize).and_then(nvml_handle_of);
+        return match found {
+            Some(handle) if !device.is_null() => {
+                // SAFETY: non-null; the caller's out-pointer for one handle.
+                unsafe { device.write(handle) };
+                SUCCESS
+            }
+            _ => NVML_INVALID_ARGUMENT,
+        };
+    }
     match nth_visible(mask, index) {
         // SAFETY: the caller's out-pointer, with the node index of its index.
         Some(node_index) => unsafe { real(node_index, device) },
@@ -197,8 +285,8 @@ unsafe fn only_given(rc: u32, device: *mut *mut c_void) -> u32 {
     }
     // SAFETY: non-null, and NVML has just written the handle there.
     let handle = unsafe { device.read() };
-    match nvml_node_index(handle) {
-        Some(i) if position(mask, i).is_some() => rc,
+    match nvml_account(handle) {
+        Some(i) if position(mask, i as u32).is_some() => rc,
         _ => NVML_NOT_FOUND,
     }
 }
@@ -238,8 +326,12 @@ pub(crate) unsafe fn nvml_index(
     if rc != SUCCESS || index.is_null() {
         return rc;
     }
-    // SAFETY: non-null, and NVML has just written the node index there.
-    match position(mask, unsafe { index.read() }) {
+    let node_index = match given_uuids(mask) {
+        Some(_) => nvml_account(device).map_or(u32::MAX, |d| d as u32),
+        // SAFETY: non-null, and NVML has just written the node index there.
+        None => unsafe { index.read() },
+    };
+    match position(mask, node_index) {
         // SAFETY: as above.
         Some(p) => unsafe {
             index.write(p);

@@ -1,8 +1,10 @@
 //! End to end on one machine (criterion 4): the simulator's scheduler places four pods on a
 //! simulated node through the real extender over HTTP; the real device plugin, between the
 //! fake kubelet and controld on simgpu, gives each the card the extender recorded and its
-//! limits; `gpuload` processes started from the Allocate answers see those caps; and the
-//! GPU objects' printer columns (`kubectl get gpus`) show the pods.
+//! limits; `gpuload` processes started from the Allocate answers, each shown only its card
+//! as its device 0 (as NVIDIA's runtime does from `NVIDIA_VISIBLE_DEVICES`), see those
+//! caps, the pod on GPU 1 too; and the GPU objects' printer columns (`kubectl get gpus`)
+//! show the pods.
 
 mod support;
 
@@ -147,7 +149,12 @@ async fn pods_placed_by_the_extender_run_on_their_cards_with_their_caps() {
             let mut cmd = cluster.sim.command(&artifacts().gpuload);
             cmd.env("LD_PRELOAD", &artifacts().libtessera)
                 .env("TESSERA_REGION", region)
-                // The container sees its own card only: ordinal 0.
+                // The runtime shows the container the card the answer names, and no other,
+                // as its device 0.
+                .env(
+                    simgpu::config::ENV_CONTAINER_DEVICES,
+                    &got.core.envs["NVIDIA_VISIBLE_DEVICES"],
+                )
                 .args(["alloc", "--device", "0"]);
             let name = name.to_string();
             let cap = memory_gib * GIB;

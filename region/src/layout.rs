@@ -138,8 +138,13 @@ pub struct DeviceAccount {
     /// before it exists. Written by the library, a hint only: a spoiled value costs the
     /// container a refused or over-reserved context, never memory beyond its cap.
     pub context_bytes: AtomicU64,
+    /// The device's UUID (its 16 bytes, two big-endian halves); zero where unknown. Written
+    /// by `controld` with the GPUs, from the node's NVML: inside a container the runtime may
+    /// renumber the devices it shows (the card given as ordinal 0), so the library finds
+    /// this account's device by UUID, never by its node index.
+    pub uuid: [AtomicU64; 2],
     /// Zero; pads the account to a cache line.
-    pub reserved: [u8; 40],
+    pub reserved: [u8; 24],
 }
 
 /// One process's slot in the process table.
@@ -449,6 +454,7 @@ pub fn describe() -> Vec<FieldLayout> {
         field!("tessera_device_account", DeviceAccount, memory_cap),
         field!("tessera_device_account", DeviceAccount, memory_used),
         field!("tessera_device_account", DeviceAccount, context_bytes),
+        field!("tessera_device_account", DeviceAccount, uuid),
         field!("tessera_device_account", DeviceAccount, reserved),
         whole!("tessera_compute_account", ComputeAccount),
         field!("tessera_compute_account", ComputeAccount, mode),

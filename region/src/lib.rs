@@ -41,6 +41,7 @@ mod small_file;
 pub mod spans;
 pub mod timeslice;
 pub mod units;
+pub mod uuid;
 
 pub use board::{Board, BOARD_FILE};
 pub use compute::{
@@ -362,6 +363,36 @@ impl Region {
             .header
             .gpus
             .store(gpus.unwrap_or(0), Ordering::Relaxed);
+    }
+
+    /// The UUID of device `dev` (the 16 bytes of its `GPU-…` text), where `controld` wrote
+    /// it; `None` where unknown.
+    pub fn uuid(&self, dev: usize) -> Option<[u8; 16]> {
+        let account = self.layout().devices.get(dev)?;
+        // Relaxed: written by controld with the GPUs, before the container's processes
+        // start; a torn read mid-change names no device and is refused by the driver.
+        let halves = account.uuid.each_ref().map(|h| h.load(Ordering::Relaxed));
+        if halves == [0, 0] {
+            return None;
+        }
+        let mut uuid = [0u8; 16];
+        uuid[..8].copy_from_slice(&halves[0].to_be_bytes());
+        uuid[8..].copy_from_slice(&halves[1].to_be_bytes());
+        Some(uuid)
+    }
+
+    /// Records the UUID of device `dev` (`None`: unknown).
+    pub fn set_uuid(&self, dev: usize, uuid: Option<[u8; 16]>) {
+        let Some(account) = self.layout().devices.get(dev) else {
+            return;
+        };
+        let uuid = uuid.unwrap_or_default();
+        let halves =
+            [&uuid[..8], &uuid[8..]].map(|h| u64::from_be_bytes(h.try_into().expect("8 bytes")));
+        for (word, value) in account.uuid.iter().zip(halves) {
+            // Relaxed: as in `uuid`.
+            word.store(value, Ordering::Relaxed);
+        }
     }
 
     /// The time slice the container's channel groups should have, in µs; `None` for the

@@ -112,7 +112,8 @@ mod tests {
             memory_cap: AtomicU64::new(cap),
             memory_used: AtomicU64::new(0),
             context_bytes: AtomicU64::new(0),
-            reserved: [0; 40],
+            uuid: [AtomicU64::new(0), AtomicU64::new(0)],
+            reserved: [0; 24],
         }
     }
 

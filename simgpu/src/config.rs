@@ -10,6 +10,11 @@ use thiserror::Error;
 pub const ENV_DEVICES: &str = "SIMGPU_DEVICES";
 /// The node state file shared by every process of the node.
 pub const ENV_STATE: &str = "SIMGPU_STATE";
+/// The devices a container runtime gave the process, as `NVIDIA_VISIBLE_DEVICES` names them
+/// (node indexes or UUIDs, comma-separated): its driver and NVML see only these, numbered
+/// from 0 in this order, as NVIDIA's runtime shows a container only the cards it mounted.
+/// Unset, every device of the node.
+pub const ENV_CONTAINER_DEVICES: &str = "SIMGPU_CONTAINER_DEVICES";
 /// The hardware profile (`h200`, `a100`, `t4` or `free`; default: the first device's model's).
 pub const ENV_PROFILE: &str = "SIMGPU_PROFILE";
 /// Time slice of the execution engine between processes, in microseconds (default: the

@@ -212,3 +212,25 @@ fn damaged_files_are_refused_clearly() {
     let _ = std::fs::remove_file(&path);
     let _ = std::fs::remove_file(path.with_extension("good"));
 }
+
+/// A node rebuilt with other tunables (as a process naming other ones does) keeps its
+/// devices' UUIDs, as a machine's cards keep theirs: whatever recorded a card by UUID
+/// still finds it. A device the node did not have gets a UUID of its own.
+#[test]
+fn a_rebuilt_node_keeps_its_devices_uuids() {
+    let path = temp_state("rebuilt-uuids");
+    let one = parse_devices("Small:1GiB:8").unwrap();
+    let before = Node::open_or_create(&path, &one, &NodeConfig::of_profile(0))
+        .unwrap()
+        .device(0)
+        .uuid;
+    let two = parse_devices("Small:1GiB:8,Small:1GiB:8").unwrap();
+    let mut config = NodeConfig::of_profile(0);
+    config.context_memory += 1 << 20;
+    let node = Node::open_or_create(&path, &two, &config).unwrap();
+    assert_eq!(node.device_count(), 2, "the node was rebuilt");
+    assert_eq!(node.device(0).uuid, before, "device 0 kept its UUID");
+    assert_ne!(node.device(1).uuid, before);
+    assert_ne!(node.device(1).uuid, [0; 16]);
+    let _ = std::fs::remove_file(&path);
+}

@@ -142,6 +142,17 @@ impl Watchdog {
         Some(memory)
     }
 
+    /// Each GPU's UUID, by index (`None` where NVML gives no `GPU-…` one); `None` without
+    /// NVML.
+    pub fn device_uuids(&self) -> Option<Vec<Option<[u8; 16]>>> {
+        let gpus = self.nvml.as_ref()?.sample().ok()?;
+        let mut uuids = vec![None; gpus.len()];
+        for g in gpus {
+            *uuids.get_mut(g.index as usize)? = tessera_region::uuid::parse(&g.uuid);
+        }
+        Some(uuids)
+    }
+
     /// How each GPU time-slices contexts, by its model (NVML's name), by index; `None`
     /// without NVML.
     pub fn device_slicing(&self) -> Option<Vec<tessera_region::slicing::Slicing>> {

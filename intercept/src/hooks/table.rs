@@ -243,6 +243,7 @@ macro_rules! hook_table {
     cuda call cuEventElapsedTime(ms: *mut f32, start: *mut c_void, end: *mut c_void);
     cuda call cuEventQuery(event: *mut c_void);
     cuda call cuStreamIsCapturing(stream: *mut c_void, status: *mut u32);
+    nvml call nvmlDeviceGetUUID(device: *mut c_void, uuid: *mut c_char, length: c_uint);
     nvml call nvmlInit_v2();
 } } };
 }

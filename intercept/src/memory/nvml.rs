@@ -27,14 +27,11 @@ struct MemoryV2 {
     used: u64,
 }
 
-/// The node index of an NVML device (NVML's own index, which `CUDA_VISIBLE_DEVICES` does not
-/// change): the index the caps are kept by.
+/// The node index of an NVML device, the index the caps are kept by: by UUID where the
+/// region has the container's (a container runtime renumbers NVML's indexes), else NVML's
+/// own index, which `CUDA_VISIBLE_DEVICES` does not change.
 fn node_index(device: *mut c_void) -> Option<usize> {
-    let index = real::nvmlDeviceGetIndex::real()?;
-    let mut i = 0u32;
-    // SAFETY: device is the caller's NVML handle, which NVML just accepted; writes one
-    // unsigned int to our local.
-    (unsafe { index(device, &mut i) } == SUCCESS).then_some(i as usize)
+    crate::visibility::nvml_account(device)
 }
 
 /// # Safety

@@ -64,9 +64,16 @@ fn open() -> Result<Driver, CUresult> {
         init_error(&e)
     })?;
     let _ = HOST_COSTS.set(node.config().profile().host);
-    let all: Vec<DeviceInfo> = (0..node.device_count()).map(|i| node.device(i)).collect();
-    let visible = visible_devices(std::env::var("CUDA_VISIBLE_DEVICES").ok().as_deref(), &all);
-    let devices = visible.iter().map(|&i| all[i].clone()).collect();
+    // What a container runtime shows the process, numbered from 0; CUDA_VISIBLE_DEVICES
+    // picks among those, as a real driver's does among the devices a container has.
+    let shown = simgpu::node::container_devices(node);
+    let all: Vec<DeviceInfo> = shown.iter().map(|&i| node.device(i)).collect();
+    let visible: Vec<usize> =
+        visible_devices(std::env::var("CUDA_VISIBLE_DEVICES").ok().as_deref(), &all)
+            .into_iter()
+            .map(|k| shown[k])
+            .collect();
+    let devices = visible.iter().map(|&i| node.device(i)).collect();
     let process = process.see_only(visible);
     // SAFETY: registers a plain function with no preconditions as the fork child handler.
     let rc = unsafe { libc::pthread_atfork(None, None, Some(forked_child)) };
@@ -76,34 +83,10 @@ fn open() -> Result<Driver, CUresult> {
     Ok(Driver { process, devices })
 }
 
-/// The node devices a process sees, in ordinal order, from `CUDA_VISIBLE_DEVICES` as the
-/// driver reads it: a comma-separated list of node indexes or UUIDs (`GPU-` and a prefix
-/// of the UUID's text long enough to name one device); the list ends at the first entry
-/// that names no device, or one named already; unset, every device in node order.
+/// The node devices a process sees, in ordinal order: `CUDA_VISIBLE_DEVICES` picks among
+/// those `all` lists (indexes into it, or UUIDs); unset, all of them.
 pub(crate) fn visible_devices(setting: Option<&str>, all: &[DeviceInfo]) -> Vec<usize> {
-    let Some(setting) = setting else {
-        return (0..all.len()).collect();
-    };
-    let mut out = Vec::new();
-    for entry in setting.split(',').map(str::trim) {
-        let found = if let Ok(index) = entry.parse::<usize>() {
-            (index < all.len()).then_some(index)
-        } else {
-            let prefix = entry.to_ascii_lowercase();
-            let mut matching = all.iter().enumerate().filter(|(_, d)| {
-                !prefix.is_empty() && d.uuid_string().to_ascii_lowercase().starts_with(&prefix)
-            });
-            match (matching.next(), matching.next()) {
-                (Some((i, _)), None) => Some(i),
-                _ => None,
-            }
-        };
-        match found {
-            Some(i) if !out.contains(&i) => out.push(i),
-            _ => break,
-        }
-    }
-    out
+    simgpu::node::devices_named(setting, all)
 }
 
 fn driver() -> Result<&'static Driver, CUresult> {

@@ -95,16 +95,17 @@ unsafe fn c_text<'a>(text: *const c_char) -> Result<&'a str, NvmlReturn> {
 fn device_count(count: *mut c_uint) -> NvmlResult {
     let session = session::session()?;
     // SAFETY: NVML's contract: `count` is null or writable.
-    unsafe { write_out(count, session.node().device_count() as c_uint) }
+    unsafe { write_out(count, session.shown().len() as c_uint) }
 }
 
 fn handle_by_index(index: c_uint, device: *mut NvmlDevice) -> NvmlResult {
     let session = session::session()?;
-    if index as usize >= session.node().device_count() {
-        return Err(code::INVALID_ARGUMENT);
-    }
+    let &node_index = session
+        .shown()
+        .get(index as usize)
+        .ok_or(code::INVALID_ARGUMENT)?;
     // SAFETY: NVML's contract: `device` is null or writable.
-    unsafe { write_out(device, handle(index as usize)) }
+    unsafe { write_out(device, handle(node_index)) }
 }
 
 fn handle_by_pci_bus_id(bus_id: *const c_char, device: *mut NvmlDevice) -> NvmlResult {
@@ -112,7 +113,10 @@ fn handle_by_pci_bus_id(bus_id: *const c_char, device: *mut NvmlDevice) -> NvmlR
     // SAFETY: NVML's contract: `bus_id` is null or a C string.
     let wanted = parse_bus_id(unsafe { c_text(bus_id)? }).ok_or(code::INVALID_ARGUMENT)?;
     let node = session.node();
-    let index = (0..node.device_count())
+    let index = session
+        .shown()
+        .iter()
+        .copied()
         .find(|&i| wanted == (0, node.device(i).pci_bus, 0, 0))
         .ok_or(code::NOT_FOUND)?;
     // SAFETY: NVML's contract: `device` is null or writable.
@@ -143,7 +147,10 @@ nvml_entry! {
         // SAFETY: NVML's contract: `uuid` is null or a C string.
         let wanted = unsafe { c_text(uuid)? }.trim();
         let node = session.node();
-        let index = (0..node.device_count())
+        let index = session
+            .shown()
+            .iter()
+            .copied()
             .find(|&i| node.device(i).uuid_string().eq_ignore_ascii_case(wanted))
             .ok_or(code::NOT_FOUND)?;
         // SAFETY: NVML's contract: `device` is null or writable.
@@ -156,7 +163,8 @@ nvml_entry! {
         handle_by_pci_bus_id(bus_id, device)
     }
     fn nvmlDeviceGetIndex(device: NvmlDevice, index: *mut c_uint) {
-        let (_, i) = self::device(device)?;
+        let (session, node_index) = self::device(device)?;
+        let i = session.index_of(node_index).ok_or(code::INVALID_ARGUMENT)?;
         // SAFETY: NVML's contract: `index` is null or writable.
         unsafe { write_out(index, i as c_uint) }
     }

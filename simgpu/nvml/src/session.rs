@@ -15,6 +15,9 @@ static HANDLES: [u8; MAX_DEVICES] = [0; MAX_DEVICES];
 /// The node as this process's NVML sees it between init and shutdown.
 pub struct Session {
     node: Node,
+    /// The node devices this process's NVML shows, by NVML index: those a container runtime
+    /// gave it ([`simgpu::config::ENV_CONTAINER_DEVICES`]), else all.
+    shown: Vec<usize>,
     history: Mutex<History>,
 }
 
@@ -43,6 +46,7 @@ pub fn init() -> NvmlResult {
             init_error(&e)
         })?;
         let session = Session {
+            shown: simgpu::node::container_devices(&node),
             node,
             history: Mutex::new(History::default()),
         };
@@ -95,13 +99,24 @@ impl Session {
         &self.node
     }
 
-    /// The device a handle names: `NVML_ERROR_INVALID_ARGUMENT` for null or a foreign pointer.
+    /// The device a handle names (its node index): `NVML_ERROR_INVALID_ARGUMENT` for null, a
+    /// foreign pointer, or a device this process is not shown.
     pub fn device(&self, handle: NvmlDevice) -> Result<usize, NvmlReturn> {
         let base = HANDLES.as_ptr() as usize;
         (handle as usize)
             .checked_sub(base)
-            .filter(|&i| i < self.node.device_count())
+            .filter(|i| self.shown.contains(i))
             .ok_or(code::INVALID_ARGUMENT)
+    }
+
+    /// The node devices shown, by NVML index.
+    pub fn shown(&self) -> &[usize] {
+        &self.shown
+    }
+
+    /// The NVML index of node device `device`, if shown.
+    pub fn index_of(&self, device: usize) -> Option<usize> {
+        self.shown.iter().position(|&d| d == device)
     }
 
     /// Reads the node's counters now and keeps them for later windows.

@@ -162,6 +162,22 @@ fn map(path: &Path, file: File) -> Result<Mapping, NodeError> {
 fn initialize(m: &Mapping, devices: &[DeviceSpec], config: &NodeConfig) {
     let seed = random_seed();
     let raw = m.state.as_ptr();
+    // A rebuilt node keeps its devices' UUIDs, as a machine's cards keep theirs when its
+    // driver is set up anew: what recorded a card by UUID (a daemon's regions) still finds
+    // it after a process that named other tunables rebuilt the node.
+    // SAFETY: as below (the caller holds the file lock, nobody lives on the node); plain
+    // reads inside the mapping.
+    let kept: [[u8; 16]; MAX_DEVICES] = unsafe {
+        let h = &(*raw).header;
+        let valid = h.magic == MAGIC && h.version == VERSION;
+        std::array::from_fn(|i| {
+            if valid {
+                (*raw).devices[i].uuid
+            } else {
+                [0; 16]
+            }
+        })
+    };
     // SAFETY: the caller holds the file lock and no process lives on the node, so nobody
     // reads or writes it meanwhile; all-zero bytes are a valid NodeState (atomics and
     // integers), and the writes stay inside the mapping.
@@ -184,7 +200,11 @@ fn initialize(m: &Mapping, devices: &[DeviceSpec], config: &NodeConfig) {
             let d = &mut (*raw).devices[i];
             let name = spec.name.as_bytes();
             d.name[..name.len()].copy_from_slice(name);
-            d.uuid = uuid_for(seed, i);
+            d.uuid = if kept[i] != [0; 16] {
+                kept[i]
+            } else {
+                uuid_for(seed, i)
+            };
             d.memory = spec.memory;
             d.sms = spec.sms;
             d.cc_major = spec.compute_capability.0;

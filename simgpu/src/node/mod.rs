@@ -473,6 +473,44 @@ fn command_name() -> [u8; 16] {
     name
 }
 
+/// The node devices a list names, in its order, as the driver reads `CUDA_VISIBLE_DEVICES`:
+/// a comma-separated list of indexes into `all` or UUIDs (`GPU-` and a prefix of the UUID's
+/// text long enough to name one device); the list ends at the first entry that names no
+/// device, or one named already; unset, every device in order.
+pub fn devices_named(setting: Option<&str>, all: &[DeviceInfo]) -> Vec<usize> {
+    let Some(setting) = setting else {
+        return (0..all.len()).collect();
+    };
+    let mut out = Vec::new();
+    for entry in setting.split(',').map(str::trim) {
+        let found = if let Ok(index) = entry.parse::<usize>() {
+            (index < all.len()).then_some(index)
+        } else {
+            let prefix = entry.to_ascii_lowercase();
+            let mut matching = all.iter().enumerate().filter(|(_, d)| {
+                !prefix.is_empty() && d.uuid_string().to_ascii_lowercase().starts_with(&prefix)
+            });
+            match (matching.next(), matching.next()) {
+                (Some((i, _)), None) => Some(i),
+                _ => None,
+            }
+        };
+        match found {
+            Some(i) if !out.contains(&i) => out.push(i),
+            _ => break,
+        }
+    }
+    out
+}
+
+/// The node devices a container runtime shows this process ([`config::ENV_CONTAINER_DEVICES`]),
+/// in the order it numbers them; every device where it names none.
+pub fn container_devices(node: &Node) -> Vec<usize> {
+    let all: Vec<DeviceInfo> = (0..node.device_count()).map(|i| node.device(i)).collect();
+    let setting = std::env::var(config::ENV_CONTAINER_DEVICES).ok();
+    devices_named(setting.as_deref().filter(|s| !s.trim().is_empty()), &all)
+}
+
 /// The calling process's slot in the node.
 ///
 /// The devices a process names are its own ordinals: the node's devices it sees, in the
