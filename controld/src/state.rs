@@ -185,6 +185,7 @@ pub struct State {
 const TAMPERED_CAP: u32 = 1;
 const TAMPERED_USAGE: u32 = 2;
 const TAMPERED_LIMITS: u32 = 4;
+const LIMITS_GONE: u32 = 8;
 
 /// A cap for a problem line.
 fn cap_text(cap: Option<u64>) -> String {
@@ -389,7 +390,7 @@ impl State {
     }
 
     fn region_path(&self, name: &str) -> PathBuf {
-        self.dir.join(format!("{name}.region"))
+        region_file(&self.dir, name)
     }
 
     fn spec_path(&self, name: &str) -> PathBuf {
@@ -724,6 +725,7 @@ impl State {
     /// tampering is reported once per container, in its status and as a returned log line.
     pub fn guard_regions(&mut self) -> Vec<String> {
         let mut log = Vec::new();
+        let dir = self.dir.clone();
         for (name, m) in &mut self.containers {
             let caps = m.spec.memory_caps();
             let mut found = 0u32;
@@ -746,6 +748,26 @@ impl State {
                     lines.push(format!(
                         "GPU {gpu}: its region's usage counter was lowered to {was} bytes below the {held} bytes its processes hold; put back"
                     ));
+                }
+            }
+            if m.limits.is_some() {
+                // Removed, or something else put in its place: made again, so that the
+                // container's next processes find their caps where only this daemon writes.
+                let path = limits_path(&region_file(&dir, name));
+                let whole =
+                    std::fs::symlink_metadata(&path).is_ok_and(|md| md.file_type().is_file());
+                if !whole {
+                    let _ = std::fs::remove_file(&path);
+                    found |= LIMITS_GONE;
+                    match Limits::create(&path, &caps) {
+                        Ok(limits) => {
+                            m.limits = Some(limits);
+                            lines.push("its limits file was removed or replaced by something that is not a file; made again".to_string());
+                        }
+                        Err(e) => lines.push(format!(
+                            "its limits file was removed or replaced and cannot be made again ({e}); its processes can raise their own caps"
+                        )),
+                    }
                 }
             }
             if let Some(limits) = &m.limits {
@@ -1012,6 +1034,11 @@ fn describe_kind(kind: std::fs::FileType) -> &'static str {
     } else {
         "not a file"
     }
+}
+
+/// Container `name`'s region file in state dir `dir`.
+fn region_file(dir: &Path, name: &str) -> PathBuf {
+    dir.join(format!("{name}.region"))
 }
 
 /// The declaration file beside a region.

@@ -149,3 +149,42 @@ fn a_usage_counter_lowered_by_the_container_is_put_back() {
     );
     holder.kill();
 }
+
+/// The limits file removed, or replaced by something that is not a file: made again within
+/// a pass, status says so, and a new process of the container is held to its cap by it.
+#[test]
+fn a_removed_or_replaced_limits_file_is_made_again() {
+    let mut node = Node::new("tamper-gone");
+    let config = node.write_config(CONFIG);
+    node.start(Some(&config));
+    let limits = tessera_region::limits_path(&node.region("greedy"));
+    let is_file = |p: &Path| std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_file());
+    assert!(is_file(&limits));
+    std::fs::remove_file(&limits).unwrap();
+    wait_until(Duration::from_secs(5), "the limits file made again", || {
+        is_file(&limits)
+    });
+    let p = problems(&node, "greedy");
+    assert!(p.contains("limits file was removed or replaced"), "{p}");
+    // Something else in its place: a FIFO, which a library opening it would wait on.
+    std::fs::remove_file(&limits).unwrap();
+    let fifo =
+        std::ffi::CString::new(limits.clone().into_os_string().into_encoded_bytes()).unwrap();
+    // SAFETY: a NUL-terminated path; mkfifo has no other precondition.
+    let made = unsafe { libc::mkfifo(fifo.as_ptr(), 0o666) };
+    assert_eq!(made, 0);
+    wait_until(Duration::from_secs(5), "the limits file made again", || {
+        is_file(&limits)
+    });
+    let meta = std::fs::metadata(&limits).unwrap();
+    assert_eq!(
+        meta.mode() & 0o777,
+        0o444,
+        "the limits file is read-only again"
+    );
+    let full = capfill(&node);
+    assert!(
+        json_u64(&full, "/allocated") <= GIB,
+        "allocated past the cap: {full}"
+    );
+}
