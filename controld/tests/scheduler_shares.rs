@@ -85,6 +85,66 @@ fn fixed_20_beside_best_effort_splits_20_80() {
     assert_near("best-effort", s[1], 0.80, 0.06);
 }
 
+/// Two offline containers that keep the GPU busy take turns; a turn passes only once the
+/// last holder's work has left the GPU, so the two never have work in flight at once (an
+/// online request arriving then would wait for both their time slices), and each still
+/// gets its share.
+#[test]
+fn offline_turns_pass_when_the_last_holders_work_is_done() {
+    let _serial = serial();
+    let containers = [
+        ("job", "fixed:20", "offline"),
+        ("trainer", "best-effort", "offline"),
+    ];
+    let daemon = Daemon::start("offline-turns", &config(&containers));
+    let engine: Engine = Default::default();
+    let apps: Vec<FakeApp> = containers
+        .iter()
+        .map(|(name, _, _)| FakeApp::start(daemon.region(name), engine.clone(), Load::default()))
+        .collect();
+    let accounts = [
+        daemon.region("job").compute(0),
+        daemon.region("trainer").compute(0),
+    ];
+    let in_flight = |i: usize| accounts[i].inflight.load(Ordering::SeqCst) != 0;
+    // Sampled every 100 µs over 3 s, once the turns have begun: moments when both had
+    // work in flight, and how often the one with work changed (the turns passing).
+    std::thread::sleep(SETTLE);
+    let (mut samples, mut both, mut passes, mut last) = (0u32, 0u32, 0u32, None);
+    let job_busy = apps[0].busy_ns();
+    let started = std::time::Instant::now();
+    while started.elapsed() < Duration::from_secs(3) {
+        let (job, trainer) = (in_flight(0), in_flight(1));
+        samples += 1;
+        both += u32::from(job && trainer);
+        let now = match (job, trainer) {
+            (true, false) => Some(0),
+            (false, true) => Some(1),
+            _ => last,
+        };
+        passes += u32::from(last.is_some() && now != last);
+        last = now;
+        std::thread::sleep(Duration::from_micros(100));
+    }
+    let job_share = (apps[0].busy_ns() - job_busy) as f64 / started.elapsed().as_nanos() as f64;
+    drop(apps);
+    let overlap = f64::from(both) / f64::from(samples);
+    eprintln!(
+        "offline turns: {passes} passes, both in flight in {:.2} % of {samples} samples, job {:.1} %",
+        overlap * 100.0,
+        job_share * 100.0
+    );
+    assert!(passes >= 10, "the turns passed only {passes} times in 3 s");
+    // Without the wait, every pass overlapped the last holder's kernel (about half a
+    // kernel per pass, 2-4 % of the time); samples racing a launch stay far below that.
+    assert!(
+        overlap < 0.005,
+        "both containers had work in flight in {:.2} % of the samples",
+        overlap * 100.0
+    );
+    assert_near("fixed:20", job_share, 0.20, 0.03);
+}
+
 #[test]
 fn fixed_burst_and_best_effort_split_20_55_25() {
     let _serial = serial();

@@ -56,6 +56,10 @@ const OFFLINE_WINDOW_NS: u64 = 1_000_000;
 /// shared window within one tick of a neighbour's first launch, and what it queued drains
 /// within this much GPU time.
 const ALONE_WINDOW_NS: u64 = 16_000_000;
+/// How often the tick thread looks, between ticks, whether the work of a turn's last
+/// holder has left the GPU, so that the next holder starts ([`Handoff`]): a fraction of
+/// the GPU's time slice, little enough that the GPU hardly idles between the two.
+const HANDOFF_POLL: Duration = Duration::from_micros(200);
 
 /// Runs the tick loop until the scheduler stops, then hands the containers over to their
 /// processes ([`hand_over`]).
@@ -91,10 +95,31 @@ pub(super) fn run(shared: &Shared) {
             // Late by a tick or more (a stall): start again from now.
             next = now + tick_ns;
         }
-        std::thread::sleep(Duration::from_nanos(next - now));
+        sleep_passing_turns(&mut gpus, next);
     }
     for g in &gpus {
         g.hand_over_all(shared.board.as_ref());
+    }
+}
+
+/// Sleeps until `next`, and meanwhile passes on the turns whose last holder's work has left
+/// the GPU ([`GpuScheduler::pass_turns`]).
+fn sleep_passing_turns(gpus: &mut [GpuScheduler], next: u64) {
+    loop {
+        let now = monotonic_ns();
+        if now >= next {
+            return;
+        }
+        let mut waiting = false;
+        for g in gpus.iter_mut() {
+            waiting |= g.pass_turns(now);
+        }
+        let left = Duration::from_nanos(next - now);
+        if !waiting {
+            std::thread::sleep(left);
+            return;
+        }
+        std::thread::sleep(left.min(HANDOFF_POLL));
     }
 }
 
@@ -146,6 +171,7 @@ fn rebuild(
             settled: Settled::default(),
             replay,
             turns: Default::default(),
+            handoffs: [None; 2],
         });
     }
     gpus
@@ -163,6 +189,28 @@ pub(super) struct GpuScheduler {
     /// Who of the containers that keep the GPU busy holds it: the online containers' turns
     /// and the offline ones' apart (see [`turn_class`]).
     turns: [Turns; 2],
+    /// A turn of each class that passed at the last tick while its last holder still had
+    /// work in flight: the new holder waits for it.
+    handoffs: [Option<Handoff>; 2],
+}
+
+/// A turn passed on while the container that held it still had work in flight. The new
+/// holder's credit stays banked until that work has left the GPU: had both work on the GPU
+/// at once, the GPU would slice between them, and an online request arriving then would
+/// wait for both their slices instead of one. `inflight` and `launches` are the last
+/// holder's to write, so the wait ends as well after a tick, or the moment it launches
+/// anything more (it can only have done so on a bucket it wrote itself, and must not have
+/// the GPU to itself for it).
+#[derive(Debug, Clone, Copy)]
+struct Handoff {
+    /// The last holder, whose work drains, and its launch count when the turn passed.
+    from: usize,
+    from_launches: u64,
+    /// The new holder, and what was decided for it at the tick.
+    to: usize,
+    decision: Decision,
+    /// When the new holder starts whatever the last one still has in flight.
+    until_ns: u64,
 }
 
 /// One container on the GPU.
@@ -261,6 +309,12 @@ impl Entry {
 
     fn account(&self, gpu: usize) -> &ComputeAccount {
         self.member.region.compute(gpu)
+    }
+
+    /// Whether its processes have launches on the GPU that have not completed.
+    fn in_flight(&self, gpu: usize) -> bool {
+        // Relaxed: a momentary count (untrusted: a hand-off waits on it a tick at most).
+        self.account(gpu).inflight.load(Ordering::Relaxed) != 0
     }
 
     /// Tracks progress and decides staleness: work claimed, no launch, harvest or wait for
@@ -543,6 +597,7 @@ impl GpuScheduler {
         // Each class takes turns among its own: offline work gives way to online work
         // whenever that has any, so an offline holder blocked by it must never keep an
         // online container waiting for the turn.
+        let before: Vec<Option<usize>> = self.turns.iter().map(Turns::holder).collect();
         let holders: Vec<Option<usize>> = (0..self.turns.len())
             .map(|class| {
                 let own: Vec<Contender> = contenders
@@ -556,6 +611,27 @@ impl GpuScheduler {
                 self.turns[class].plan(now, tick_ns, &own)
             })
             .collect();
+        // A hand-off from the last tick ends here in any case.
+        for (class, handoff) in self.handoffs.iter_mut().enumerate() {
+            *handoff = match (before[class], holders[class]) {
+                (Some(from), Some(to))
+                    if from != to && self.entries.get(from).is_some_and(|e| e.in_flight(gpu)) =>
+                {
+                    Some(Handoff {
+                        from,
+                        // Relaxed: compared for a change, untrusted either way.
+                        from_launches: self.entries[from]
+                            .account(gpu)
+                            .launches
+                            .load(Ordering::Relaxed),
+                        to,
+                        decision: decisions[to],
+                        until_ns: now + tick_ns,
+                    })
+                }
+                _ => None,
+            };
+        }
         for (i, ((((e, d), refund), claim), keep)) in self
             .entries
             .iter_mut()
@@ -565,7 +641,9 @@ impl GpuScheduler {
             .zip(&fallback)
             .enumerate()
         {
-            let role = match holders[turn_class(e.member.priority)] {
+            let class = turn_class(e.member.priority);
+            let role = match holders[class] {
+                Some(h) if h == i && self.handoffs[class].is_some_and(|x| x.to == i) => Role::Waits,
                 Some(h) if h == i => Role::Holds,
                 Some(_) if contenders[i].saturated => Role::Waits,
                 _ => Role::Free,
@@ -619,6 +697,45 @@ impl GpuScheduler {
         if let Some(board) = board {
             self.keep_board(board);
         }
+    }
+
+    /// Starts the new holder of each turn handed over at the last tick ([`Handoff`]) once the
+    /// last holder's work has left the GPU, or its time is up: what was banked for it goes
+    /// into its bucket, and its gate wakes. Returns whether a hand-off still waits.
+    pub(super) fn pass_turns(&mut self, now: u64) -> bool {
+        let gpu = self.gpu;
+        for slot in 0..self.handoffs.len() {
+            let Some(h) = self.handoffs[slot] else {
+                continue;
+            };
+            let drained = self.entries.get(h.from).is_none_or(|e| {
+                // Relaxed: see `Handoff`.
+                !e.in_flight(gpu)
+                    || e.account(gpu).launches.load(Ordering::Relaxed) != h.from_launches
+            });
+            if !drained && now < h.until_ns {
+                continue;
+            }
+            self.handoffs[slot] = None;
+            let Some(e) = self.entries.get_mut(h.to) else {
+                continue;
+            };
+            let member = e.member.clone();
+            let a = member.region.compute(gpu);
+            // As at a tick: a bucket it raised meanwhile is put back first.
+            e.hold_to_record(a, 0);
+            // Relaxed: see `hold_to_record`.
+            let measured = a.measured_ns.load(Ordering::Relaxed);
+            let accruing = if h.decision.blocked {
+                0
+            } else {
+                h.decision.rate_ppm
+            };
+            store_if_changed(&a.refill_ppm, accruing);
+            let left = refill(a, &h.decision, 0, 0, now, Role::Holds, &mut e.banked_ns);
+            e.left_ns = Some((left, measured));
+        }
+        self.handoffs.iter().any(Option::is_some)
     }
 
     /// Drops the board bits of this GPU that belong to no online container still here,

@@ -49,6 +49,11 @@ pub struct Turns {
 }
 
 impl Turns {
+    /// The container holding the turn as last planned.
+    pub fn holder(&self) -> Option<usize> {
+        self.holder
+    }
+
     /// Forgets the holder (the containers' numbering changed).
     pub fn renumbered(&mut self) {
         self.holder = None;
