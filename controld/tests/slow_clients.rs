@@ -1,7 +1,8 @@
 //! Slow and silent clients hold up no one: with 200 connections to the metrics endpoint
 //! and 256 to the control socket that never finish a request, and a client sending a 1 MiB
 //! header, a normal scrape and a `status` still answer within a second, and the CLI still
-//! works. The metrics endpoint refuses the oversized head and closes silent connections.
+//! works. The metrics endpoint refuses the oversized head and closes silent connections;
+//! clients that keep opening connections and sending nothing push only each other out.
 
 mod support;
 
@@ -125,4 +126,68 @@ fn slow_clients_hold_up_neither_metrics_nor_status() {
     assert!(node.daemon_alive());
     drop(held_tcp);
     drop(held_unix);
+}
+
+/// 20 clients that each keep 30 connections open, replacing one every 20 ms with a new one
+/// that sends a byte and waits: 600 connections wanted at once, more than the endpoint
+/// keeps, for 20 s. A scraper beside them every 200 ms gets its answer nearly always,
+/// where a full endpoint closed every new connection unanswered.
+#[test]
+fn reconnecting_slow_clients_leave_scrapes_answered() {
+    const CLIENTS: usize = 20;
+    const HELD: usize = 30;
+    let mut node = Node::new("reconnecting");
+    let metrics = free_local_addr();
+    let config = node.write_config(&format!("[daemon]\nmetrics = \"{metrics}\"\n{CONFIG}"));
+    node.start(Some(&config));
+    scrape(metrics, Duration::from_secs(30)).unwrap();
+
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let clients: Vec<_> = (0..CLIENTS)
+        .map(|_| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut held = std::collections::VecDeque::new();
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    if let Ok(mut c) = TcpStream::connect_timeout(&metrics, Duration::from_secs(1))
+                    {
+                        let _ = c.write_all(b"G");
+                        held.push_back(c);
+                    }
+                    if held.len() > HELD {
+                        held.pop_front();
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            })
+        })
+        .collect();
+    // Let them fill the endpoint first.
+    std::thread::sleep(Duration::from_secs(2));
+    let started = std::time::Instant::now();
+    let (mut asked, mut answered) = (0u32, 0u32);
+    let mut failures = Vec::new();
+    while started.elapsed() < Duration::from_secs(20) {
+        asked += 1;
+        match scrape(metrics, Duration::from_secs(2)) {
+            Ok(text)
+                if text.starts_with("HTTP/1.1 200") && text.contains("tessera_container_info") =>
+            {
+                answered += 1
+            }
+            Ok(text) => failures.push(text.lines().next().unwrap_or("(empty)").to_string()),
+            Err(e) => failures.push(e.to_string()),
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for c in clients {
+        c.join().unwrap();
+    }
+    eprintln!("{answered} of {asked} scrapes answered beside {CLIENTS} reconnecting slow clients; failures: {failures:?}");
+    assert!(
+        f64::from(answered) >= 0.95 * f64::from(asked),
+        "{answered} of {asked} scrapes answered: {failures:?}"
+    );
+    assert!(node.daemon_alive());
 }

@@ -4,9 +4,13 @@
 //!
 //! Bounded under slow or hostile clients: the request head must arrive within
 //! [`HEAD_DEADLINE`] and fit in [`MAX_HEAD`] (else 431), a whole exchange lasts at most
-//! [`EXCHANGE_DEADLINE`], one request per connection, and past [`MAX_CONNECTIONS`] open at
-//! once a new connection is closed unanswered. Rendering the status runs beside the
-//! connections (on the runtime's blocking threads), so a slow status holds up no client.
+//! [`EXCHANGE_DEADLINE`], one request per connection. Past [`MAX_CONNECTIONS`] open at
+//! once, the connection that has waited longest for its request head is closed to make
+//! room for the new one: clients that open connections and send nothing (or a byte at a
+//! time, reconnecting as they are cut) only ever push each other out, while a scraper,
+//! whose head arrives at once, is never the one waiting longest. Rendering the status runs
+//! beside the connections (on the runtime's blocking threads), so a slow status holds up
+//! no client.
 
 use super::exposition::{render, CONTENT_TYPE};
 use crate::status::NodeStatus;
@@ -15,11 +19,13 @@ use hyper::body::{Bytes, Incoming};
 use hyper::header::{HeaderValue, ALLOW, CONTENT_TYPE as CONTENT_TYPE_HEADER};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 use tokio::sync::{oneshot, Semaphore};
+use tokio::task::AbortHandle;
 
 /// The largest request head (request line and headers) a connection buffers; hyper answers
 /// 431 past it.
@@ -32,6 +38,8 @@ const EXCHANGE_DEADLINE: Duration = Duration::from_secs(15);
 const MAX_CONNECTIONS: usize = 512;
 /// Threads that take and render the status at once (requests past that queue).
 const RENDER_THREADS: usize = 2;
+/// How long a new connection waits for the slot of one closed to make room for it.
+const ROOM_WAIT: Duration = Duration::from_millis(100);
 /// How long a stopping server waits for a status being rendered.
 const STOP_GRACE: Duration = Duration::from_secs(1);
 
@@ -121,7 +129,8 @@ async fn serve(
         }
     };
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
-    loop {
+    let headless = Headless::default();
+    for seq in 0u64.. {
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
             _ = &mut stopped => return,
@@ -134,11 +143,25 @@ async fn serve(
                 continue;
             }
         };
-        let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
-            continue;
+        let slot = match Arc::clone(&slots).try_acquire_owned() {
+            Ok(slot) => slot,
+            Err(_) => {
+                if !headless.close_oldest() {
+                    continue;
+                }
+                // The closed connection's task gives its slot back when the runtime drops
+                // it, which this loop must let happen.
+                match tokio::time::timeout(ROOM_WAIT, Arc::clone(&slots).acquire_owned()).await {
+                    Ok(Ok(slot)) => slot,
+                    _ => continue,
+                }
+            }
         };
         let source = Arc::clone(&source);
-        tokio::spawn(async move {
+        let waiting = headless.clone();
+        let task = tokio::spawn(async move {
+            // Out of the list when the exchange ends, however it ends.
+            let _listed = Listed(waiting.clone(), seq);
             let mut http = hyper::server::conn::http1::Builder::new();
             http.timer(TokioTimer::new())
                 .header_read_timeout(HEAD_DEADLINE)
@@ -147,13 +170,60 @@ async fn serve(
                 // Scrapers do not care, but people reading a reply with `curl -i` and the
                 // tests that look for `Content-Type` do.
                 .title_case_headers(true);
-            let service =
-                hyper::service::service_fn(move |request| answer(request, Arc::clone(&source)));
+            let service = hyper::service::service_fn(move |request| {
+                // Its head is in: no longer one to make room with.
+                waiting.remove(seq);
+                answer(request, Arc::clone(&source))
+            });
             let exchange = http.serve_connection(TokioIo::new(stream), service);
             // A client that misbehaves only loses its own answer.
             let _ = tokio::time::timeout(EXCHANGE_DEADLINE, exchange).await;
             drop(slot);
         });
+        headless.insert(seq, task.abort_handle());
+    }
+}
+
+/// The connections whose request head has not arrived yet, oldest first (by accept order).
+#[derive(Clone, Default)]
+struct Headless(Arc<Mutex<BTreeMap<u64, AbortHandle>>>);
+
+impl Headless {
+    fn list(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, AbortHandle>> {
+        // A panic while the lock was held leaves a map that is still whole.
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn insert(&self, seq: u64, task: AbortHandle) {
+        // On this one-thread runtime a task has not run when it is listed; one that had
+        // ended would stay listed for good, so a finished one is left out.
+        if !task.is_finished() {
+            self.list().insert(seq, task);
+        }
+    }
+
+    fn remove(&self, seq: u64) {
+        self.list().remove(&seq);
+    }
+
+    /// Closes the connection that has waited longest for its head; false if none waits.
+    fn close_oldest(&self) -> bool {
+        match self.list().pop_first() {
+            Some((_, task)) => {
+                task.abort();
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// Takes a connection off the [`Headless`] list when its task ends.
+struct Listed(Headless, u64);
+
+impl Drop for Listed {
+    fn drop(&mut self) {
+        self.0.remove(self.1);
     }
 }
 
