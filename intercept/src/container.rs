@@ -78,6 +78,15 @@ fn open_region(caps: &MemoryCaps) -> Option<Region> {
     let mut caps = *caps;
     if let Some(path) = path {
         let path = Path::new(&path);
+        // Any process of the container can shrink the region file under this one's
+        // mapping: with the guard, that reads zeros (and fails closed, see
+        // `memory::admit`) instead of killing this process with SIGBUS.
+        if let Err(e) = tessera_region::fault::install() {
+            crate::tlog!(
+                warn,
+                "cannot guard the region against being shrunk ({e}): a process of the container that shrinks it kills this one"
+            );
+        }
         let init = RegionInit {
             name: container_name(path),
             memory_caps: caps,

@@ -3,29 +3,46 @@
 //! A container's processes can truncate their region file at any time. Touching a page of a
 //! shared mapping past the file's end raises `SIGBUS`, which by default kills the process
 //! that touched it: for `controld`, which maps every container's region, one container
-//! could take down the node's daemon. A process that cannot afford that (the daemon, never
-//! the preload library, which must not take signals from its host application) calls
-//! [`install`]: from then on every region and board it maps is listed here, and a `SIGBUS`
-//! inside one of them replaces that mapping, in place, with private zero pages and marks it
-//! faulted. The faulting access is retried on the zeros and the process goes on; the owner
-//! of a region sees that it faulted (through `Region::verify`) and sets it aside.
+//! could take down the node's daemon, and any process of a container could kill its
+//! neighbours' processes under the preload library. Both call [`install`]: from then on
+//! every region and board the process maps is listed here, and a `SIGBUS` inside one of
+//! them replaces that mapping, in place, with private zero pages and marks it faulted. The
+//! faulting access is retried on the zeros and the process goes on; the owner of a region
+//! sees that it faulted (`Region::faulted`, `Region::verify`) and sets it aside.
 //!
 //! The handler only loads atomics and calls `mmap` (a plain system call on Linux) and
 //! `sigaction`; it never allocates or locks. A fault at an address that is not a listed
-//! mapping restores the default action and returns, so the access faults again and the
-//! process dies as it would have without this module.
+//! mapping is the host application's business: it goes to the handler that was in place
+//! before [`install`] (the preload library may install after the application), or, where
+//! that was the default action, the default action is restored and the access faults again,
+//! so the process dies as it would have without this module.
 //!
 //! These calls stay raw `libc` on purpose: the handler must be async-signal-safe and touch
 //! nothing but the kernel, and the installer sets up that same handler's exact signature.
 //! Signal masks and waits elsewhere (the daemon, `exec`) go through `nix`.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::cell::UnsafeCell;
+use std::mem::MaybeUninit;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 
 /// How many mappings one process can have listed at once; a node runs far fewer containers.
 const SLOTS: usize = 4096;
 
 /// Set once the handler is in place; until then nothing is listed.
 static INSTALLED: AtomicBool = AtomicBool::new(false);
+/// Taken by the one caller of [`install`] that installs the handler.
+static INSTALLING: AtomicU8 = AtomicU8::new(0);
+/// The action in place before the handler, for faults that are not ours.
+static PREVIOUS: Previous = Previous(UnsafeCell::new(MaybeUninit::zeroed()));
+
+/// The `SIGBUS` action [`install`] replaced: written once, by the caller that took
+/// [`INSTALLING`], before the handler that reads it is in place.
+struct Previous(UnsafeCell<MaybeUninit<libc::sigaction>>);
+
+// SAFETY: written once before the handler is installed (the `sigaction` call that installs
+// it is the partner of every later read: the kernel runs the handler only after it), and
+// only read afterwards.
+unsafe impl Sync for Previous {}
 /// The start address of each listed mapping; 0 is free.
 static MAPPED: [AtomicUsize; SLOTS] = [const { AtomicUsize::new(0) }; SLOTS];
 /// The length of the mapping listed in the same slot.
@@ -40,16 +57,30 @@ pub fn install() -> std::io::Result<()> {
     if INSTALLED.load(Ordering::Acquire) {
         return Ok(());
     }
+    // Relaxed: only who installs is decided here; a caller that loses the race returns at
+    // once, its mappings unguarded until the handler is in place (as before any install).
+    // Two installers would make the second save the first's handler as the one to chain
+    // to, and a fault not ours would loop between them.
+    if INSTALLING
+        .compare_exchange(0, 1, Ordering::Relaxed, Ordering::Relaxed)
+        .is_err()
+    {
+        return Ok(());
+    }
     // SAFETY: sigaction is plain data, zeroed then filled; the handler has the
-    // SA_SIGINFO signature; the result is checked.
+    // SA_SIGINFO signature; the old action is written into `PREVIOUS`, which this caller
+    // alone writes (it took `INSTALLING`) and the handler reads only once installed by this
+    // very call; the result is checked.
     let rc = unsafe {
         let mut action: libc::sigaction = std::mem::zeroed();
         action.sa_sigaction = on_sigbus as *const () as usize;
         action.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK;
         libc::sigemptyset(&mut action.sa_mask);
-        libc::sigaction(libc::SIGBUS, &action, std::ptr::null_mut())
+        libc::sigaction(libc::SIGBUS, &action, (*PREVIOUS.0.get()).as_mut_ptr())
     };
     if rc != 0 {
+        // Relaxed: as above; a later call tries again.
+        INSTALLING.store(0, Ordering::Relaxed);
         return Err(std::io::Error::last_os_error());
     }
     // Release: pairs with the Acquire load in `guard`, so a mapping is listed only once the
@@ -103,7 +134,7 @@ pub(crate) fn faulted(slot: usize) -> bool {
     FAULTED[slot].load(Ordering::Acquire)
 }
 
-extern "C" fn on_sigbus(_sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) {
+extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
     // SAFETY: the kernel passes a valid siginfo_t to an SA_SIGINFO handler; for SIGBUS
     // si_addr is the faulting address.
     let addr = unsafe { (*info).si_addr() } as usize;
@@ -136,7 +167,30 @@ extern "C" fn on_sigbus(_sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mu
         }
         break;
     }
-    // Not a region of ours (or it could not be replaced): the default action, on the retry.
+    pass_on(sig, info, ctx);
+}
+
+/// A fault that is not a region of ours (or one that could not be replaced): to the handler
+/// in place before ours, else the default action, on the retry.
+fn pass_on(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    // SAFETY: written before this handler was installed, read-only since (see `Previous`).
+    let previous = unsafe { (*PREVIOUS.0.get()).assume_init_ref() };
+    let handler = previous.sa_sigaction;
+    if handler != libc::SIG_DFL && handler != libc::SIG_IGN {
+        if previous.sa_flags & libc::SA_SIGINFO != 0 {
+            // SAFETY: an SA_SIGINFO action's handler has this signature; it gets the
+            // arguments the kernel gave this one, as if it had been called directly.
+            let handler: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
+                unsafe { std::mem::transmute(handler) };
+            handler(sig, info, ctx);
+        } else {
+            // SAFETY: a plain action's handler takes the signal number alone.
+            let handler: extern "C" fn(libc::c_int) = unsafe { std::mem::transmute(handler) };
+            handler(sig);
+        }
+        return;
+    }
+    // The default action (an ignored SIGBUS from a fault kills the process all the same).
     // SAFETY: sigaction is plain data, zeroed (SIG_DFL); sigaction is async-signal-safe.
     unsafe {
         let mut action: libc::sigaction = std::mem::zeroed();

@@ -307,6 +307,12 @@ impl Region {
         file::verify(path, &self.mapping, &self.name)
     }
 
+    /// Whether the region's file shrank under this process and its mapping was replaced
+    /// with zeros ([`fault`]): nothing read from it is the container's any more.
+    pub fn faulted(&self) -> bool {
+        self.mapping.faulted()
+    }
+
     /// Bytes the container's processes hold on device `dev`, all of them together.
     pub fn memory_used(&self, dev: usize) -> u64 {
         self.account(dev).map_or(0, |a| MemoryCap(a, None).used())

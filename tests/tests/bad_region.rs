@@ -216,3 +216,60 @@ fn a_huge_or_linked_region_fails_closed() {
     check_closed(ClientKind::CLinked, &container, &link, "a symbolic link");
     let _ = std::fs::remove_file(link);
 }
+
+/// A region shrunk under a running process by another process of its container: the
+/// process is not killed with SIGBUS (its library guards its own mapping), says once what
+/// happened, and allocates nothing more (it fails closed).
+#[test]
+fn a_region_shrunk_under_a_running_process_fails_closed_without_a_crash() {
+    let node = node();
+    let container = Container::new(&node, Some("1GiB"));
+    // 64 MiB every 100 ms up to 896 MiB: about 1.4 s, shrunk after a few chunks.
+    let mut cmd = container.command(&tessera_tests::artifacts().gpuload);
+    cmd.args([
+        "alloc",
+        "--chunk",
+        "64MiB",
+        "--interval",
+        "0.1",
+        "--limit",
+        "896MiB",
+    ])
+    .stdin(std::process::Stdio::null())
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped());
+    let child = cmd.spawn().expect("gpuload starts");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while std::fs::metadata(container.region()).map_or(0, |m| m.len()) == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the library made no region"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(container.region())
+        .unwrap()
+        .set_len(0)
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_no_crash(&out, "gpuload alloc with its region shrunk");
+    assert_success(&out, "gpuload alloc with its region shrunk");
+    let report: serde_json::Value = serde_json::from_str(
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .last()
+            .expect("a report"),
+    )
+    .expect("JSON report");
+    assert_eq!(report["error"], "CUDA_ERROR_OUT_OF_MEMORY", "{report}");
+    assert!(
+        json_u64(&report, "/bytes") < 896 * MIB,
+        "allocated on after the region was gone: {report}"
+    );
+    let lines = tessera_lines(&out);
+    let said: Vec<_> = lines.iter().filter(|l| l.contains("shrank")).collect();
+    assert_eq!(said.len(), 1, "one line saying so: {lines:?}");
+}

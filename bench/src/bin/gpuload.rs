@@ -51,6 +51,9 @@ enum Mode {
         /// Keep the memory this long after reporting.
         #[arg(long, value_name = "SECONDS", default_value = "0", value_parser = seconds)]
         hold: Duration,
+        /// Wait this long after each chunk allocated: a use that grows slowly.
+        #[arg(long, value_name = "SECONDS", default_value = "0", value_parser = seconds)]
+        interval: Duration,
     },
     /// A saturating stream of spin kernels; report kernels/s.
     Train {
@@ -297,9 +300,10 @@ fn alloc(
     chunk: u64,
     limit: Option<u64>,
     hold: Duration,
+    interval: Duration,
 ) -> Result<bool, RunError> {
     let gpu = Gpu::open(device.ordinal)?;
-    let allocation = gpuload::alloc(&gpu, chunk, limit)?;
+    let allocation = gpuload::alloc(&gpu, chunk, limit, interval)?;
     emit(&allocation.report.to_string());
     std::thread::sleep(hold);
     Ok(true)
@@ -389,7 +393,8 @@ fn run(mode: Mode) -> Result<bool, RunError> {
             chunk,
             limit,
             hold,
-        } => alloc(&device, chunk, limit, hold),
+            interval,
+        } => alloc(&device, chunk, limit, hold, interval),
         Mode::Train {
             device,
             spin,

@@ -131,8 +131,14 @@ pub struct Allocation<'g> {
 }
 
 /// Allocates `chunk`-sized buffers until the device runs out, halving the chunk on each
-/// out-of-memory down to [`MIN_CHUNK`], or until `limit` bytes are held.
-pub fn alloc(gpu: &Gpu, chunk: u64, limit: Option<u64>) -> Result<Allocation<'_>> {
+/// out-of-memory down to [`MIN_CHUNK`], or until `limit` bytes are held; waits `interval`
+/// after each chunk allocated.
+pub fn alloc(
+    gpu: &Gpu,
+    chunk: u64,
+    limit: Option<u64>,
+    interval: Duration,
+) -> Result<Allocation<'_>> {
     let before = gpu.memory_info()?;
     let min_chunk = MIN_CHUNK.min(chunk).max(1);
     let mut chunk = chunk.max(min_chunk);
@@ -149,6 +155,7 @@ pub fn alloc(gpu: &Gpu, chunk: u64, limit: Option<u64>) -> Result<Allocation<'_>
             Ok(buffer) => {
                 total += size;
                 buffers.push(buffer);
+                std::thread::sleep(interval);
             }
             Err(Error::Driver(e)) if e.code == CUDA_ERROR_OUT_OF_MEMORY => {
                 if chunk == min_chunk {

@@ -20,6 +20,7 @@ pub(crate) mod vmm;
 use crate::container::{self, Container, Reservation};
 use crate::fork_lock;
 use registry::{Allocation, Key, Registry};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// What this process has allocated and not yet freed, for the frees.
 static REGISTRY: Registry = Registry::new();
@@ -58,11 +59,25 @@ pub(crate) enum Admit {
     OverCap,
 }
 
+/// Whether the loss of the region was said already (once a process).
+static REGION_LOST_SAID: AtomicBool = AtomicBool::new(false);
+
 /// Reserves `bytes` on `device`.
 pub(crate) fn admit(device: usize, bytes: u64) -> Admit {
     let Some(c) = container::get() else {
         return Admit::Uncounted;
     };
+    if c.region().faulted() {
+        // Its file shrank under this process: what the mapping reads now is nobody's, so
+        // nothing more is allocated (fail closed).
+        if !REGION_LOST_SAID.swap(true, Ordering::Relaxed) {
+            crate::tlog!(
+                error,
+                "the container's region file shrank under this process: every allocation fails with out-of-memory from now on"
+            );
+        }
+        return Admit::OverCap;
+    }
     // Frees that have run in their streams give their bytes back first.
     pool::settle();
     // A context counted at a guess, or one that has grown, is trued up to NVML's figure
