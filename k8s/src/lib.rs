@@ -17,6 +17,7 @@ pub mod annotations;
 pub mod cards;
 pub mod cli;
 pub mod controld;
+pub mod dra;
 pub mod extender;
 pub mod gpu;
 pub mod ids;
