@@ -196,6 +196,15 @@ async fn a_claim_is_prepared_into_a_capped_container_and_unprepared() {
     assert_eq!(again["uid-train"], *answer);
     assert_eq!(node.containers().await.len(), 1);
 
+    // Its sockets removed (a careless cleanup of the kubelet's directories), the driver
+    // serves them again and registers anew.
+    std::fs::remove_file(&node.kubelet.registration_socket).unwrap();
+    let registry = node.dir.0.join("registry");
+    let again = support::dra::FakeDraKubelet::register(&registry, Duration::from_secs(30)).await;
+    assert_eq!(again.info, node.kubelet.info);
+    let answers = again.prepare(std::slice::from_ref(&train)).await;
+    assert_eq!(answers["uid-train"], *answer);
+
     // Unprepared: the container, its region and its CDI spec go; again is no error.
     for _ in 0..2 {
         let answers = node.kubelet.unprepare(std::slice::from_ref(&train)).await;
