@@ -4,8 +4,9 @@
 //! The opaque parameters (`status.allocation.devices.config`, from the DeviceClass and the
 //! claim) are a JSON object: `{"policy": "fixed" | "burst" | "best-effort", "priority":
 //! "online" | "offline"}`, both optional (burst and online by default, as the device plugin's
-//! annotations), with `apiVersion` and `kind` allowed and ignored. Later entries override
+//! annotations; null is absent), with `apiVersion` and `kind` allowed and ignored. Later entries override
 //! earlier ones field by field: the claim's override the class's, as the API orders them.
+//! What is wrong with them is said by the field's name.
 
 use super::{device_name, CORES, DRIVER, MEMORY};
 use crate::annotations::ComputeKind;
@@ -14,7 +15,6 @@ use crate::ids::CORES_PER_GPU;
 use k8s_openapi::api::resource::v1::{
     DeviceAllocationConfiguration, DeviceRequestAllocationResult, ResourceClaim,
 };
-use serde::Deserialize;
 use tessera_controld::policy::Priority;
 use tessera_region::units::format_size;
 
@@ -35,24 +35,6 @@ pub struct Allocated {
     pub compute: ComputeKind,
     /// Online or offline.
     pub priority: Priority,
-}
-
-/// The parameters an opaque configuration of the driver may set.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct Parameters {
-    /// Allowed so that parameters can be written as a typed object; not read.
-    #[serde(default)]
-    #[allow(dead_code)]
-    api_version: Option<String>,
-    /// The same.
-    #[serde(default)]
-    #[allow(dead_code)]
-    kind: Option<String>,
-    #[serde(default)]
-    policy: Option<String>,
-    #[serde(default)]
-    priority: Option<String>,
 }
 
 /// What an opaque configuration must look like, for error messages.
@@ -188,24 +170,38 @@ fn settings(
         if !applies {
             continue;
         }
-        let parameters: Parameters = serde_json::from_value(opaque.parameters.0.clone())
-            .map_err(|e| format!("{e}; write {PARAMETERS_FORM}"))?;
-        if let Some(policy) = &parameters.policy {
-            compute = match policy.as_str() {
-                "fixed" => ComputeKind::Fixed,
-                "burst" => ComputeKind::Burst,
-                "best-effort" => ComputeKind::BestEffort,
-                _ => {
-                    return Err(format!(
-                        "policy {policy:?} is not fixed, burst or best-effort"
-                    ))
+        let Some(fields) = opaque.parameters.0.as_object() else {
+            return Err(format!(
+                "the parameters are {}, not an object; write {PARAMETERS_FORM}",
+                opaque.parameters.0
+            ));
+        };
+        for (field, value) in fields {
+            match field.as_str() {
+                // Null is not set, as an absent field.
+                _ if value.is_null() => {}
+                // Allowed so that parameters can be written as a typed object; not read.
+                "apiVersion" | "kind" => {}
+                "policy" => {
+                    compute = match value.as_str() {
+                        Some("fixed") => ComputeKind::Fixed,
+                        Some("burst") => ComputeKind::Burst,
+                        Some("best-effort") => ComputeKind::BestEffort,
+                        _ => {
+                            return Err(format!(
+                                "policy {value} is not fixed, burst or best-effort"
+                            ))
+                        }
+                    }
                 }
-            };
-        }
-        if let Some(text) = &parameters.priority {
-            priority = text
-                .parse()
-                .map_err(|_| format!("priority {text:?} is not online or offline"))?;
+                "priority" => {
+                    priority = value
+                        .as_str()
+                        .and_then(|text| text.parse().ok())
+                        .ok_or_else(|| format!("priority {value} is not online or offline"))?
+                }
+                _ => return Err(format!("unknown field `{field}`; write {PARAMETERS_FORM}")),
+            }
         }
     }
     Ok((compute, priority))
@@ -314,7 +310,7 @@ mod tests {
     #[test]
     fn a_share_reads_with_its_parameters() {
         let config = json!([
-            {"source": "FromClass", "opaque": {"driver": DRIVER, "parameters": {"policy": "fixed"}}},
+            {"source": "FromClass", "opaque": {"driver": DRIVER, "parameters": {"apiVersion": "gpu.tessera.dev/v1", "kind": "Parameters", "policy": "fixed", "priority": null}}},
             {"source": "FromClaim", "requests": ["gpu"], "opaque": {"driver": DRIVER, "parameters": {"priority": "offline"}}},
             {"source": "FromClaim", "requests": ["other"], "opaque": {"driver": DRIVER, "parameters": {"policy": "burst"}}},
             {"source": "FromClaim", "opaque": {"driver": "other.example.com", "parameters": {"whatever": 1}}},
@@ -338,7 +334,11 @@ mod tests {
                 json!([]),
                 "asks 150 cores",
             ),
-            (json!([result("gpu-1", "30", "17Gi")]), json!([]), "has 16"),
+            (
+                json!([result("gpu-1", "30", "17Gi")]),
+                json!([]),
+                "asks 17GiB of memory",
+            ),
             (
                 json!([result("gpu-7", "30", "4Gi")]),
                 json!([]),
@@ -362,7 +362,22 @@ mod tests {
             (
                 json!([result("gpu-0", "30", "4Gi")]),
                 json!([{"source": "FromClaim", "opaque": {"driver": DRIVER, "parameters": {"cores": 5}}}]),
-                "unknown field",
+                "unknown field `cores`",
+            ),
+            (
+                json!([result("gpu-0", "30", "4Gi")]),
+                json!([{"source": "FromClaim", "opaque": {"driver": DRIVER, "parameters": {"priority": "urgent"}}}]),
+                "priority \"urgent\" is not online or offline",
+            ),
+            (
+                json!([result("gpu-0", "30", "4Gi")]),
+                json!([{"source": "FromClaim", "opaque": {"driver": DRIVER, "parameters": {"policy": 5}}}]),
+                "policy 5 is not fixed",
+            ),
+            (
+                json!([result("gpu-0", "30", "4Gi")]),
+                json!([{"source": "FromClaim", "opaque": {"driver": DRIVER, "parameters": "fixed"}}]),
+                "the parameters are \"fixed\", not an object",
             ),
         ];
         for (results, config, wanted) in cases {
