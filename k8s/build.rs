@@ -2,7 +2,12 @@
 //! both sides of each service: the plugin serves and calls, the tests' fake kubelet too.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let protos = ["proto/deviceplugin.proto", "proto/podresources.proto"];
+    let protos = [
+        "proto/deviceplugin.proto",
+        "proto/podresources.proto",
+        "proto/dra.proto",
+        "proto/pluginregistration.proto",
+    ];
     for proto in protos {
         println!("cargo:rerun-if-changed={proto}");
     }

@@ -1,7 +1,7 @@
-//! The command line: `tessera-k8s device-plugin` (the node side), `tessera-k8s extender`
-//! (the cluster side) and `tessera-k8s crd`.
+//! The command line: `tessera-k8s device-plugin` or `tessera-k8s dra` (the node side, one or
+//! the other), `tessera-k8s extender` (the cluster side) and `tessera-k8s crd`.
 
-use crate::plugin::Config;
+use crate::plugin::{Config, HostPaths};
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -25,8 +25,40 @@ enum Command {
     DevicePlugin(PluginArgs),
     /// Serves the kube-scheduler extender: filter, prioritize, bind and preempt over HTTP.
     Extender(ExtenderArgs),
+    /// Serves Tessera's shares as a Kubernetes DRA driver (resource.k8s.io/v1): publishes the
+    /// node's ResourceSlice and prepares the claims the kubelet asks for. In place of
+    /// device-plugin, not beside it.
+    Dra(DraArgs),
     /// Prints the GPU custom resource definition (deploy/crd.yaml).
     Crd,
+}
+
+#[derive(Debug, clap::Args)]
+struct DraArgs {
+    /// The kubelet's plugin registration directory.
+    #[arg(long, default_value = crate::dra::DEFAULT_REGISTRY_DIR)]
+    registry_dir: PathBuf,
+    /// The kubelet's plugin directory; the driver's socket goes in its folder there.
+    #[arg(long, default_value = crate::dra::DEFAULT_PLUGINS_DIR)]
+    plugins_dir: PathBuf,
+    /// controld's state dir: its control socket and the regions.
+    #[arg(long, env = tessera_region::env::STATE_DIR, default_value = tessera_controld::daemon::DEFAULT_STATE_DIR)]
+    state_dir: PathBuf,
+    /// This node's name (the downward API's spec.nodeName).
+    #[arg(long, env = "NODE_NAME")]
+    node_name: String,
+    /// libtessera.so on the host, mounted read-only into each shared container.
+    #[arg(long, default_value = DEFAULT_LIBRARY)]
+    library: PathBuf,
+    /// Where the host's NVIDIA device nodes are.
+    #[arg(long, default_value = "/dev")]
+    dev_dir: PathBuf,
+    /// Where the container runtime reads CDI specs: one is written per prepared device.
+    #[arg(long, default_value = "/var/run/cdi")]
+    cdi_dir: PathBuf,
+    /// How often the ResourceSlice is applied again, in milliseconds.
+    #[arg(long, default_value_t = 30000)]
+    publish_interval_ms: u64,
 }
 
 #[derive(Debug, clap::Args)]
@@ -124,19 +156,46 @@ pub fn main() -> i32 {
                 }
             }
         }
+        Command::Dra(a) => {
+            tessera_controld::logging::init("tessera-k8s", LogLevel::Info);
+            let config = crate::dra::Config {
+                registry_dir: a.registry_dir,
+                plugin_dir: crate::dra::plugin_dir(&a.plugins_dir),
+                node_name: a.node_name,
+                publish_interval: Duration::from_millis(a.publish_interval_ms.max(1)),
+                host: HostPaths {
+                    state_dir: a.state_dir,
+                    library: a.library,
+                    dev_dir: a.dev_dir,
+                    cdi_dir: Some(a.cdi_dir),
+                },
+            };
+            let result = runtime().and_then(|runtime| {
+                runtime.block_on(async { crate::dra::run(config, kube_client().await?).await })
+            });
+            match result {
+                Ok(()) => 0,
+                Err(e) => {
+                    tracing::error!("{e}");
+                    1
+                }
+            }
+        }
         Command::DevicePlugin(a) => {
             tessera_controld::logging::init("tessera-k8s", LogLevel::Info);
             let config = Config {
                 kubelet_dir: a.kubelet_dir,
-                state_dir: a.state_dir,
                 pod_resources_socket: a.pod_resources_socket,
                 node_name: a.node_name,
-                library: a.library,
-                dev_dir: a.dev_dir,
                 health_interval: Duration::from_millis(a.health_interval_ms.max(1)),
                 reconcile_interval: Duration::from_millis(a.reconcile_interval_ms.max(1)),
                 publish_interval: Duration::from_millis(a.publish_interval_ms.max(1)),
-                cdi_dir: a.cdi_dir,
+                host: HostPaths {
+                    state_dir: a.state_dir,
+                    library: a.library,
+                    dev_dir: a.dev_dir,
+                    cdi_dir: a.cdi_dir,
+                },
             };
             let runtime = match runtime() {
                 Ok(r) => r,

@@ -134,14 +134,20 @@ pub fn container_name(core_ids: &[String]) -> String {
     let mut sorted: Vec<&str> = core_ids.iter().map(String::as_str).collect();
     sorted.sort_unstable();
     sorted.dedup();
+    format!("{CONTAINER_PREFIX}{:016x}", hash_lines(&sorted))
+}
+
+/// A 64-bit FNV-1a hash of `lines`, each ended by a newline: short, stable names for
+/// containers from what identifies them.
+pub fn hash_lines(lines: &[&str]) -> u64 {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for id in sorted {
-        for byte in id.bytes().chain([b'\n']) {
+    for line in lines {
+        for byte in line.bytes().chain([b'\n']) {
             hash ^= u64::from(byte);
             hash = hash.wrapping_mul(0x0100_0000_01b3);
         }
     }
-    format!("{CONTAINER_PREFIX}{hash:016x}")
+    hash
 }
 
 /// What every container the plugin makes is called first: the reconciler touches no other.

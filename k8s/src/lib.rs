@@ -9,6 +9,10 @@
 //!
 //! What a pod asks of the cards ([`requests`]) is read one way for both sides.
 //!
+//! The other node mode, in place of the device plugin: a Kubernetes DRA driver ([`dra`]) that
+//! publishes the cards as a ResourceSlice with consumable capacity and prepares the claims
+//! the scheduler allocated into the same controld containers.
+//!
 //! In the cluster: the kube-scheduler extender ([`extender`]) that places pods on nodes and
 //! cards. [`sim`] is an in-process cluster (a fake API server, simulated nodes and cards, a
 //! scheduler loop that calls the extender over HTTP) for tests and benchmarks.
@@ -17,6 +21,7 @@ pub mod annotations;
 pub mod cards;
 pub mod cli;
 pub mod controld;
+pub mod dra;
 pub mod extender;
 pub mod gpu;
 pub mod ids;

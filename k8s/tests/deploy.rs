@@ -1,5 +1,6 @@
 //! `deploy/`: the RBAC grants what the device plugin calls, and the DaemonSet mounts the host
-//! paths the plugin and controld use by default.
+//! paths the plugin and controld use by default. `deploy/dra/`: the same of the DRA driver,
+//! its DeviceClass selects the driver, and the example claims are ones the driver prepares.
 
 use serde_json::Value;
 use std::path::Path;
@@ -242,7 +243,7 @@ fn assert_subset(original: &Value, typed: &Value, at: &str) {
 
 /// Reads a document into its typed object and back, failing on a field the API lacks.
 fn assert_strict(file: &str, doc: &Value) {
-    use k8s_openapi::api::{apps, core, rbac};
+    use k8s_openapi::api::{apps, core, rbac, resource};
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiextensions;
     fn again<T: serde::de::DeserializeOwned + serde::Serialize>(doc: &Value) -> Value {
         let typed: T = serde_json::from_value(doc.clone()).unwrap_or_else(|e| panic!("{e}"));
@@ -266,6 +267,12 @@ fn assert_strict(file: &str, doc: &Value) {
         ("rbac.authorization.k8s.io/v1", "RoleBinding") => again::<rbac::v1::RoleBinding>(doc),
         ("apiextensions.k8s.io/v1", "CustomResourceDefinition") => {
             again::<apiextensions::CustomResourceDefinition>(doc)
+        }
+        ("v1", "Pod") => again::<core::v1::Pod>(doc),
+        ("resource.k8s.io/v1", "DeviceClass") => again::<resource::v1::DeviceClass>(doc),
+        ("resource.k8s.io/v1", "ResourceClaim") => again::<resource::v1::ResourceClaim>(doc),
+        ("resource.k8s.io/v1", "ResourceClaimTemplate") => {
+            again::<resource::v1::ResourceClaimTemplate>(doc)
         }
         other => panic!("{file}: no strict check for {other:?}"),
     };
@@ -370,7 +377,7 @@ fn the_node_shares_the_host_pid_namespace_and_says_why() {
 
 #[test]
 fn every_container_has_a_probe_the_kubelet_can_reach() {
-    for file in ["node.yaml", "scheduler.yaml"] {
+    for file in ["node.yaml", "scheduler.yaml", "dra/driver.yaml"] {
         let pod = pod_template(file);
         for c in pod["containers"].as_array().unwrap() {
             let name = c["name"].as_str().unwrap();
@@ -468,5 +475,192 @@ fn the_oldest_supported_kubernetes_is_stated() {
     );
     for file in ["deploy/node.yaml", "deploy/scheduler.yaml"] {
         assert!(read(file).contains("1.26 or later"), "{file}");
+    }
+}
+
+/// The DRA mode's manifests, each document.
+fn dra_documents() -> Vec<(String, Value)> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/dra");
+    let mut files: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .map(|entry| entry.file_name().to_string_lossy().to_string())
+        .collect();
+    files.sort();
+    assert_eq!(files, ["claims.yaml", "deviceclass.yaml", "driver.yaml"]);
+    files
+        .into_iter()
+        .flat_map(|file| {
+            documents(&format!("dra/{file}"))
+                .into_iter()
+                .map(move |doc| (file.clone(), doc))
+        })
+        .collect()
+}
+
+#[test]
+fn every_dra_manifest_is_strictly_valid() {
+    for (file, doc) in dra_documents() {
+        let group = doc["apiVersion"].as_str().unwrap();
+        assert!(
+            OLDEST_GROUPS.contains(&group) || group == "resource.k8s.io/v1",
+            "{file}: {group}"
+        );
+        assert_strict(&file, &doc);
+    }
+    let text = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/dra/driver.yaml"),
+    )
+    .unwrap();
+    assert!(
+        text.contains("1.34 or later"),
+        "driver.yaml states no version"
+    );
+}
+
+#[test]
+fn the_device_class_selects_the_driver_and_the_driver_may_do_what_it_calls() {
+    use tessera_k8s::dra::{registration_socket, DRA_SOCKET, DRIVER};
+    let docs = dra_documents();
+    let find = |kind: &str| {
+        docs.iter()
+            .find(|(_, d)| d["kind"] == kind)
+            .map(|(_, d)| d.clone())
+            .unwrap_or_else(|| panic!("no {kind}"))
+    };
+    let class = find("DeviceClass");
+    assert_eq!(class["metadata"]["name"], DRIVER);
+    assert_eq!(
+        class["spec"]["selectors"][0]["cel"]["expression"],
+        format!("device.driver == \"{DRIVER}\"")
+    );
+
+    let role = find("ClusterRole");
+    let rules = role["rules"].as_array().unwrap();
+    let allows = |resource: &str, verb: &str| {
+        rules.iter().any(|r| {
+            let has = |key: &str, want: &str| words(&r[key]).contains(&want);
+            has("apiGroups", "resource.k8s.io") && has("resources", resource) && has("verbs", verb)
+        })
+    };
+    for (resource, verb) in [
+        ("resourceslices", "patch"),
+        ("resourceslices", "create"),
+        ("resourceslices", "get"),
+        ("resourceclaims", "get"),
+    ] {
+        assert!(allows(resource, verb), "{verb} {resource} is not granted");
+    }
+    let binding = find("ClusterRoleBinding");
+    assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"]);
+    let account = find("ServiceAccount");
+    assert_eq!(binding["subjects"][0]["name"], account["metadata"]["name"]);
+
+    // The driver's directories are mounted where it is told they are, and its probe
+    // checks the sockets it makes there.
+    let pod = find("DaemonSet")["spec"]["template"]["spec"].clone();
+    assert_eq!(pod["serviceAccountName"], account["metadata"]["name"]);
+    assert_eq!(pod["hostPID"], true);
+    let driver = container(&pod, "dra-driver");
+    let command = words(&driver["command"]);
+    assert_eq!(&command[..2], ["tessera-k8s", "dra"]);
+    let mounted = |path: &str| {
+        driver["volumeMounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["mountPath"] == path)
+    };
+    for arg in [
+        "--registry-dir",
+        "--plugins-dir",
+        "--cdi-dir",
+        "--state-dir",
+    ] {
+        let path = flag(&command, arg);
+        assert!(mounted(path), "{arg} {path} is not mounted");
+    }
+    let controld = words(&container(&pod, "controld")["command"]);
+    assert_eq!(
+        flag(&controld, "--state-dir"),
+        flag(&command, "--state-dir")
+    );
+    let probe = words(&driver["livenessProbe"]["exec"]["command"]).join(" ");
+    for socket in [
+        format!("{}/{DRIVER}/{DRA_SOCKET}", flag(&command, "--plugins-dir")),
+        format!(
+            "{}/{}",
+            flag(&command, "--registry-dir"),
+            registration_socket()
+        ),
+    ] {
+        assert!(probe.contains(&format!("test -S {socket}")), "{probe}");
+    }
+}
+
+#[test]
+fn the_example_claims_are_ones_the_driver_prepares() {
+    use tessera_k8s::dra::{DRIVER, MEMORY};
+    let cards = [tessera_k8s::cards::Card {
+        index: 0,
+        uuid: "GPU-0".into(),
+        model: "A100".into(),
+        memory: 40 << 30,
+        sms: None,
+    }];
+    let specs: Vec<(String, Value)> = dra_documents()
+        .into_iter()
+        .filter_map(|(_, d)| match d["kind"].as_str() {
+            Some("ResourceClaimTemplate") => Some((
+                d["metadata"]["name"].as_str().unwrap().to_string(),
+                d["spec"]["spec"].clone(),
+            )),
+            Some("ResourceClaim") => Some((
+                d["metadata"]["name"].as_str().unwrap().to_string(),
+                d["spec"].clone(),
+            )),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(specs.len(), 2);
+    for (name, spec) in specs {
+        // Allocated as the scheduler would: what each request asks, consumed on one card,
+        // with the claim's configuration.
+        let results: Vec<Value> = spec["devices"]["requests"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| {
+                let asked = &r["exactly"]["capacity"]["requests"];
+                assert_eq!(r["exactly"]["deviceClassName"], DRIVER, "{name}");
+                serde_json::json!({"request": r["name"], "driver": DRIVER, "pool": "n",
+                                   "device": "gpu-0", "consumedCapacity": asked})
+            })
+            .collect();
+        let config: Vec<Value> = spec["devices"]["config"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| {
+                let mut c = c.clone();
+                c["source"] = "FromClaim".into();
+                c
+            })
+            .collect();
+        let claim: k8s_openapi::api::resource::v1::ResourceClaim =
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"namespace": "default", "name": name, "uid": "u"},
+                "spec": spec,
+                "status": {"allocation": {"devices": {"results": results, "config": config}}},
+            }))
+            .unwrap();
+        let devices = tessera_k8s::dra::claim::read(&claim, "u", "n", &cards)
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(devices.len(), 1, "{name}");
+        assert!(
+            devices[0].cores < 100 && devices[0].memory < (40 << 30),
+            "{name}: a share, not the card: {:?} ({MEMORY})",
+            devices[0]
+        );
     }
 }

@@ -14,7 +14,7 @@
 //!
 //! Whole cards (100·n) get only `NVIDIA_VISIBLE_DEVICES` and device nodes: no caps, no preload.
 
-use super::Config;
+use super::HostPaths;
 use crate::cards::Card;
 use crate::ids::{container_name, is_whole, DeviceId, Resource, CORES_PER_GPU};
 use crate::proto::deviceplugin::{CdiDevice, ContainerAllocateResponse, DeviceSpec, Mount};
@@ -33,25 +33,25 @@ pub const ENV_VISIBLE_DEVICES: &str = "NVIDIA_VISIBLE_DEVICES";
 const CONTROL_DEVICES: [&str; 3] = ["nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"];
 
 /// The host's preload list, in the plugin's own dir.
-pub fn preload_file(config: &Config) -> PathBuf {
-    config.own_dir().join("ld.so.preload")
+pub fn preload_file(host: &HostPaths) -> PathBuf {
+    host.own_dir().join("ld.so.preload")
 }
 
 /// The host path mounted as a container's board: a link made at PreStart.
-pub fn board_link(config: &Config, name: &str) -> PathBuf {
-    config.own_dir().join("boards").join(name)
+pub fn board_link(host: &HostPaths, name: &str) -> PathBuf {
+    host.own_dir().join("boards").join(name)
 }
 
 /// The empty file offline containers get in place of the board.
-pub fn no_board(config: &Config) -> PathBuf {
-    config.own_dir().join("no-board")
+pub fn no_board(host: &HostPaths) -> PathBuf {
+    host.own_dir().join("no-board")
 }
 
 /// Writes the files every answer mounts.
-pub fn prepare_files(config: &Config) -> std::io::Result<()> {
-    std::fs::create_dir_all(config.own_dir().join("boards"))?;
-    std::fs::write(preload_file(config), format!("{CONTAINER_LIBRARY}\n"))?;
-    std::fs::write(no_board(config), b"")?;
+pub fn prepare_files(host: &HostPaths) -> std::io::Result<()> {
+    std::fs::create_dir_all(host.own_dir().join("boards"))?;
+    std::fs::write(preload_file(host), format!("{CONTAINER_LIBRARY}\n"))?;
+    std::fs::write(no_board(host), b"")?;
     Ok(())
 }
 
@@ -101,13 +101,13 @@ pub fn cards_of<'c>(
 /// The answer for one container's IDs of `resource`: with a CDI dir, a shared container's
 /// answer names its CDI device only.
 pub fn answer(
-    config: &Config,
+    host: &HostPaths,
     cards: &[Card],
     resource: Resource,
     ids: &[String],
 ) -> Result<ContainerAllocateResponse, AllocateError> {
-    let full = edits(config, cards, resource, ids)?;
-    if config.cdi_dir.is_none() || resource == Resource::Memory || is_whole(ids.len()) {
+    let full = edits(host, cards, resource, ids)?;
+    if host.cdi_dir.is_none() || resource == Resource::Memory || is_whole(ids.len()) {
         return Ok(full);
     }
     Ok(ContainerAllocateResponse {
@@ -120,31 +120,49 @@ pub fn answer(
 
 /// What a container that got `ids` needs: variables, mounts and device nodes.
 pub fn edits(
-    config: &Config,
+    host: &HostPaths,
     cards: &[Card],
     resource: Resource,
     ids: &[String],
 ) -> Result<ContainerAllocateResponse, AllocateError> {
     let chosen = cards_of(cards, resource, ids)?;
-    let mut response = ContainerAllocateResponse::default();
     if resource == Resource::Memory {
-        return Ok(response);
+        return Ok(ContainerAllocateResponse::default());
     }
-    let uuids: Vec<&str> = chosen.iter().map(|c| c.uuid.as_str()).collect();
-    response
-        .envs
-        .insert(ENV_VISIBLE_DEVICES.into(), uuids.join(","));
-    response.devices = device_nodes(&config.dev_dir, &chosen);
     if is_whole(ids.len()) {
+        let uuids: Vec<&str> = chosen.iter().map(|c| c.uuid.as_str()).collect();
         if chosen.len() * CORES_PER_GPU as usize != ids.len() {
             return Err(AllocateError::PartialCards(ids.len(), uuids.join(", ")));
         }
+        let mut response = ContainerAllocateResponse::default();
+        response
+            .envs
+            .insert(ENV_VISIBLE_DEVICES.into(), uuids.join(","));
+        response.devices = device_nodes(&host.dev_dir, &chosen);
         return Ok(response);
     }
-    if chosen.len() != 1 {
-        return Err(AllocateError::Spread(ids.len(), uuids.join(", ")));
+    match chosen.as_slice() {
+        [card] => Ok(share_edits(host, card, &container_name(ids))),
+        _ => Err(AllocateError::Spread(
+            ids.len(),
+            chosen
+                .iter()
+                .map(|c| c.uuid.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+        )),
     }
-    let name = container_name(ids);
+}
+
+/// What the container `name`, a share of `card`, needs: the card, its region with the
+/// read-only limits file beside it, the board, the library and the preload list. Device
+/// plugin answers and DRA claims alike.
+pub fn share_edits(host: &HostPaths, card: &Card, name: &str) -> ContainerAllocateResponse {
+    let mut response = ContainerAllocateResponse::default();
+    response
+        .envs
+        .insert(ENV_VISIBLE_DEVICES.into(), card.uuid.clone());
+    response.devices = device_nodes(&host.dev_dir, &[card]);
     let region_in_container = format!("{CONTAINER_DIR}/{name}.region");
     response.envs.insert(
         tessera_region::env::REGION.into(),
@@ -155,30 +173,27 @@ pub fn edits(
         host_path: host.display().to_string(),
         read_only,
     };
+    let region = host.state_dir.join(format!("{name}.region"));
     response.mounts = vec![
-        mount(&config.library, CONTAINER_LIBRARY, true),
-        mount(&preload_file(config), CONTAINER_PRELOAD, true),
+        mount(&host.library, CONTAINER_LIBRARY, true),
+        mount(&preload_file(host), CONTAINER_PRELOAD, true),
+        mount(&region, &region_in_container, false),
+        // Read-only: the caps the container's processes cannot raise (made by controld
+        // with the region).
         mount(
-            &config.state_dir.join(format!("{name}.region")),
-            &region_in_container,
-            false,
-        ),
-        // Read-only: the caps the container's processes cannot raise (made by controld at
-        // PreStart with the region).
-        mount(
-            &tessera_region::limits_path(&config.state_dir.join(format!("{name}.region"))),
+            &tessera_region::limits_path(&region),
             &tessera_region::limits_path(Path::new(&region_in_container))
                 .display()
                 .to_string(),
             true,
         ),
         mount(
-            &board_link(config, &name),
+            &board_link(host, name),
             &format!("{CONTAINER_DIR}/{}", tessera_region::BOARD_FILE),
             false,
         ),
     ];
-    Ok(response)
+    response
 }
 
 /// The device nodes of `cards` that exist on this host, and the control nodes.
@@ -201,19 +216,12 @@ fn device_nodes(dev_dir: &Path, cards: &[&Card]) -> Vec<DeviceSpec> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
 
-    fn config(cdi: bool) -> Config {
-        Config {
-            kubelet_dir: "/k".into(),
+    fn config(cdi: bool) -> HostPaths {
+        HostPaths {
             state_dir: "/run/tessera".into(),
-            pod_resources_socket: "/p".into(),
-            node_name: "n".into(),
             library: "/lib/libtessera.so".into(),
             dev_dir: "/nonexistent-dev".into(),
-            health_interval: Duration::from_secs(1),
-            reconcile_interval: Duration::from_secs(1),
-            publish_interval: Duration::from_secs(1),
             cdi_dir: cdi.then(|| "/var/run/cdi".into()),
         }
     }

@@ -4,7 +4,7 @@
 //! edits an answer without CDI carries, and the board as the container's priority wants it
 //! (read-only for offline containers), which PreStart knows and Allocate does not.
 
-use super::Config;
+use super::HostPaths;
 use crate::proto::deviceplugin::ContainerAllocateResponse;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -23,13 +23,13 @@ pub fn spec_path(dir: &Path, name: &str) -> PathBuf {
 /// The spec of one container: `answer`'s edits, with the board mounted from the node's board
 /// itself, writable only for online containers.
 pub fn spec(
-    config: &Config,
+    host: &HostPaths,
     name: &str,
     answer: &ContainerAllocateResponse,
     online: bool,
 ) -> Value {
-    let board_link = super::allocate::board_link(config, name);
-    let board = config.state_dir.join(tessera_region::BOARD_FILE);
+    let board_link = super::allocate::board_link(host, name);
+    let board = host.state_dir.join(tessera_region::BOARD_FILE);
     let mut env: Vec<String> = answer
         .envs
         .iter()
@@ -80,8 +80,8 @@ pub fn write(dir: &Path, name: &str, spec: &Value) -> std::io::Result<()> {
 }
 
 /// Removes a container's spec, if there is one.
-pub fn remove(config: &Config, name: &str) {
-    if let Some(dir) = &config.cdi_dir {
+pub fn remove(host: &HostPaths, name: &str) {
+    if let Some(dir) = &host.cdi_dir {
         let _ = std::fs::remove_file(spec_path(dir, name));
     }
 }

@@ -33,29 +33,36 @@ use tokio::sync::{watch, Notify};
 pub struct Config {
     /// The kubelet's device-plugin directory: `kubelet.sock` and our sockets.
     pub kubelet_dir: PathBuf,
-    /// controld's state dir: its socket and the regions.
-    pub state_dir: PathBuf,
     /// The kubelet's pod-resources socket.
     pub pod_resources_socket: PathBuf,
     /// This node's name.
     pub node_name: String,
-    /// `libtessera.so` on the host, mounted into each shared container.
-    pub library: PathBuf,
-    /// Where the host's device nodes are.
-    pub dev_dir: PathBuf,
     /// How often NVML is asked whether each card is healthy.
     pub health_interval: Duration,
     /// How often pod-resources and controld are compared.
     pub reconcile_interval: Duration,
     /// How often the GPU objects are refreshed (they are also on every change).
     pub publish_interval: Duration,
+    /// What the shared containers are given on the host.
+    pub host: HostPaths,
+}
+
+/// The host paths a shared container's edits name: the same in device-plugin and DRA mode.
+#[derive(Debug, Clone)]
+pub struct HostPaths {
+    /// controld's state dir: its socket and the regions.
+    pub state_dir: PathBuf,
+    /// `libtessera.so` on the host, mounted into each shared container.
+    pub library: PathBuf,
+    /// Where the host's device nodes are.
+    pub dev_dir: PathBuf,
     /// Where to write CDI specs, when the runtime reads them: then Allocate answers name a
-    /// CDI device instead of listing mounts.
+    /// CDI device instead of listing mounts (DRA answers always do).
     pub cdi_dir: Option<PathBuf>,
 }
 
-impl Config {
-    /// The plugin's own files in the state dir: the preload list, the board links.
+impl HostPaths {
+    /// Tessera's own files in the state dir: the preload list, the board links.
     pub fn own_dir(&self) -> PathBuf {
         self.state_dir.join("k8s")
     }
@@ -115,16 +122,16 @@ pub async fn run(config: Config, kube: kube::Client) -> Result<(), String> {
             card.units(crate::ids::Resource::Memory)
         );
     }
-    allocate::prepare_files(&config).map_err(|e| {
+    allocate::prepare_files(&config.host).map_err(|e| {
         format!(
             "cannot write the plugin's files under {}: {e}",
-            config.own_dir().display()
+            config.host.own_dir().display()
         )
     })?;
     let cards = Arc::new(cards);
     let (health_tx, health) = watch::channel(cards.health());
     let node = Arc::new(Node {
-        controld: Controld::new(&config.state_dir),
+        controld: Controld::new(&config.host.state_dir),
         config,
         cards: cards.clone(),
         health,

@@ -5,12 +5,15 @@
 
 use super::allocate::{board_link, cards_of, no_board};
 use super::holders::Holder;
-use super::Node;
+use super::{HostPaths, Node};
 use crate::annotations::{self, PodAsk};
+use crate::cards::Card;
+use crate::controld::Controld;
 use crate::ids::is_whole;
 use crate::ids::{container_name, Resource, MEMORY_UNIT};
 use crate::podresources::{self, Holding};
 use std::time::Instant;
+use tessera_controld::policy::{ComputePolicy, Priority};
 use tessera_controld::spec::{ContainerName, ContainerSpec, Gpus, MemorySize};
 use tessera_controld::state::{MemoryChange, SpecChange};
 use tessera_region::units::format_size;
@@ -177,7 +180,7 @@ async fn prepare(node: &Node, holding: &Holding, ask: &PodAsk) -> Result<(), Str
         }
         holders.insert(holder.clone());
     }
-    let created = create(node, &holder, &holding.core, card.index, ask).await;
+    let created = create(node, &holder, card, ask).await;
     if let Err(e) = created {
         node.holders.lock().expect("holders lock").remove(&name);
         return Err(format!("container {} refused: {e}", who(holding)));
@@ -212,50 +215,75 @@ pub fn limit(holding: &Holding, ask: &PodAsk, requested: u64) -> Result<u64, Str
 
 /// controld's container for `holder`, added or (a restarted container of the same pod)
 /// updated, and its board link.
-async fn create(
-    node: &Node,
-    holder: &Holder,
-    core_ids: &[String],
-    gpu: u32,
-    ask: &PodAsk,
-) -> Result<(), String> {
-    let spec = ContainerSpec {
-        name: ContainerName::new(&holder.name).map_err(|e| e.to_string())?,
-        gpus: Gpus::new(vec![gpu]).map_err(|e| e.to_string())?,
-        memory: Some(MemorySize(holder.memory)),
+async fn create(node: &Node, holder: &Holder, card: &Card, ask: &PodAsk) -> Result<(), String> {
+    let share = Share {
+        name: holder.name.clone(),
+        memory: holder.memory,
         compute: ask.compute.policy(holder.core),
         priority: ask.priority,
-        // Its priority's: short slices for offline pods.
+    };
+    set_up(&node.config.host, &node.controld, card, &share).await
+}
+
+/// One shared container as controld keeps it: its name, memory cap, compute share and
+/// priority on one card.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Share {
+    /// controld's container name, which also names its region and CDI device.
+    pub name: String,
+    /// Its memory cap, in bytes.
+    pub memory: u64,
+    /// Its claim on the card's time.
+    pub compute: ComputePolicy,
+    /// Online or offline.
+    pub priority: Priority,
+}
+
+/// Has controld add `share` on `card` (or update it in place when it exists: a restarted
+/// container, a claim prepared again), links its board and, with a CDI dir, writes its CDI
+/// spec. The device plugin's PreStart and the DRA driver's NodePrepareResources both end
+/// here, so that a share is the same container whichever API asked for it.
+pub async fn set_up(
+    host: &HostPaths,
+    controld: &Controld,
+    card: &Card,
+    share: &Share,
+) -> Result<(), String> {
+    let spec = ContainerSpec {
+        name: ContainerName::new(&share.name).map_err(|e| e.to_string())?,
+        gpus: Gpus::new(vec![card.index]).map_err(|e| e.to_string())?,
+        memory: Some(MemorySize(share.memory)),
+        compute: share.compute,
+        priority: share.priority,
+        // Its priority's: short slices for offline work.
         timeslice: None,
     };
-    let existing = node.controld.list().await.map_err(|e| e.to_string())?;
-    if existing.iter().any(|c| c.spec.name.as_str() == holder.name) {
+    let existing = controld.list().await.map_err(|e| e.to_string())?;
+    if existing.iter().any(|c| c.spec.name.as_str() == share.name) {
         let change = SpecChange {
             gpus: Some(spec.gpus.clone()),
-            memory: Some(MemoryChange::Cap(MemorySize(holder.memory))),
+            memory: Some(MemoryChange::Cap(MemorySize(share.memory))),
             compute: Some(spec.compute),
             priority: Some(spec.priority),
             timeslice: None,
         };
-        node.controld
-            .set(&holder.name, change)
+        controld
+            .set(&share.name, change)
             .await
             .map_err(|e| e.to_string())?;
     } else {
-        node.controld.add(spec).await.map_err(|e| e.to_string())?;
+        controld.add(spec).await.map_err(|e| e.to_string())?;
     }
-    let online = ask.priority == tessera_controld::policy::Priority::Online;
-    link_board(node, &holder.name, online)
-        .map_err(|e| format!("cannot link the board for {}: {e}", holder.name))?;
-    if let Some(dir) = &node.config.cdi_dir {
-        let edits =
-            super::allocate::edits(&node.config, &node.cards.list, Resource::Core, core_ids)
-                .map_err(|e| e.to_string())?;
-        let spec = super::cdi::spec(&node.config, &holder.name, &edits, online);
-        super::cdi::write(dir, &holder.name, &spec).map_err(|e| {
+    let online = share.priority == Priority::Online;
+    link_board(host, &share.name, online)
+        .map_err(|e| format!("cannot link the board for {}: {e}", share.name))?;
+    if let Some(dir) = &host.cdi_dir {
+        let edits = super::allocate::share_edits(host, card, &share.name);
+        let spec = super::cdi::spec(host, &share.name, &edits, online);
+        super::cdi::write(dir, &share.name, &spec).map_err(|e| {
             format!(
                 "cannot write the CDI spec of {} in {}: {e}",
-                holder.name,
+                share.name,
                 dir.display()
             )
         })?;
@@ -264,13 +292,13 @@ async fn create(
 }
 
 /// Points the container's board mount at the node's board (online) or at an empty file.
-fn link_board(node: &Node, name: &str, online: bool) -> std::io::Result<()> {
-    let link = board_link(&node.config, name);
-    let board = node.config.state_dir.join(tessera_region::BOARD_FILE);
+fn link_board(host: &HostPaths, name: &str, online: bool) -> std::io::Result<()> {
+    let link = board_link(host, name);
+    let board = host.state_dir.join(tessera_region::BOARD_FILE);
     let target = if online && board.exists() {
         board
     } else {
-        no_board(&node.config)
+        no_board(host)
     };
     match std::fs::remove_file(&link) {
         Ok(()) => {}
@@ -280,10 +308,10 @@ fn link_board(node: &Node, name: &str, online: bool) -> std::io::Result<()> {
     std::os::unix::fs::symlink(target, link)
 }
 
-/// Removes what the plugin made for a container: its board link and CDI spec.
-pub fn unlink_board(node: &Node, name: &str) {
-    let _ = std::fs::remove_file(board_link(&node.config, name));
-    super::cdi::remove(&node.config, name);
+/// Removes what was made on the host for a container: its board link and CDI spec.
+pub fn unlink_board(host: &HostPaths, name: &str) {
+    let _ = std::fs::remove_file(board_link(host, name));
+    super::cdi::remove(host, name);
 }
 
 fn same_ids(held: &[String], ids: &[String]) -> bool {

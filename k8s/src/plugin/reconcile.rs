@@ -85,7 +85,7 @@ pub async fn once(node: &Node) {
                     continue;
                 }
             }
-            unlink_board(node, &holder.name);
+            unlink_board(&node.config.host, &holder.name);
         }
         node.holders
             .lock()
@@ -147,7 +147,7 @@ pub async fn once(node: &Node) {
                     Ok(()) => tracing::info!("removed {name}: no pod holds its devices any more"),
                     Err(e) => tracing::warn!("cannot remove orphan {name}: {e}"),
                 }
-                unlink_board(node, name);
+                unlink_board(&node.config.host, name);
                 changed = true;
             }
             _ => {}

@@ -26,9 +26,10 @@ const RETRY: Duration = Duration::from_secs(1);
 
 /// A file's identity: a recreated socket has a new one. The inode number alone may be
 /// reused at once by the file system; its change time is new.
-type Identity = (u64, u64, i64, i64);
+pub type Identity = (u64, u64, i64, i64);
 
-fn identity(path: &Path) -> Option<Identity> {
+/// The identity of the file at `path`, if there is one.
+pub fn identity(path: &Path) -> Option<Identity> {
     std::fs::metadata(path)
         .ok()
         .map(|m| (m.dev(), m.ino(), m.ctime(), m.ctime_nsec()))

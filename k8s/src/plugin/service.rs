@@ -167,7 +167,7 @@ impl DevicePlugin for PluginService {
         let mut responses = Vec::new();
         for container in request.into_inner().container_requests {
             let answer = super::allocate::answer(
-                &self.node.config,
+                &self.node.config.host,
                 &self.node.cards.list,
                 self.resource,
                 &container.devices_ids,

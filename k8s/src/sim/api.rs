@@ -1,7 +1,9 @@
 //! A fake API server on 127.0.0.1 that the real kube client talks to: pods (get, list and
 //! watch, by node or all; merge patch; the `binding` subresource), events (create), and the
 //! cluster-scoped `gpus` of tessera.dev/v1alpha1 (list and watch, server-side apply of the
-//! object and of its status, delete). Bindings can be made to fail at a set rate, as an
+//! object and of its status, delete), and of resource.k8s.io/v1 the ResourceSlices (list,
+//! get, server-side apply, delete) and the ResourceClaims (get; a test writes them, as the
+//! scheduler would). Bindings can be made to fail at a set rate, as an
 //! overloaded API server's do.
 
 use axum::body::{Body, Bytes};
@@ -32,6 +34,10 @@ struct Store {
     history: Vec<(u64, Kind, Value)>,
     events: Vec<Value>,
     gpus: BTreeMap<String, Value>,
+    /// ResourceSlices by name.
+    slices: BTreeMap<String, Value>,
+    /// ResourceClaims by namespace and name.
+    claims: BTreeMap<(String, String), Value>,
     /// Percent of bindings refused, and the state of the generator that picks them.
     bind_failures: (u32, u64),
     /// Bindings refused so far.
@@ -131,6 +137,15 @@ impl FakeApi {
             .route(
                 "/apis/tessera.dev/v1alpha1/gpus/{name}/status",
                 patch(apply_gpu_status),
+            )
+            .route("/apis/resource.k8s.io/v1/resourceslices", get(list_slices))
+            .route(
+                "/apis/resource.k8s.io/v1/resourceslices/{name}",
+                patch(apply_slice).get(get_slice).delete(delete_slice),
+            )
+            .route(
+                "/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims/{name}",
+                get(get_claim),
             )
             .with_state(shared.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -260,6 +275,42 @@ impl FakeApi {
     /// Every GPU object, by name.
     pub fn gpus(&self) -> BTreeMap<String, Value> {
         self.store().gpus.clone()
+    }
+
+    /// Every ResourceSlice, by name.
+    pub fn resource_slices(&self) -> BTreeMap<String, Value> {
+        self.store().slices.clone()
+    }
+
+    /// Deletes a ResourceSlice, as the kubelet does when a driver goes.
+    pub fn delete_resource_slice(&self, name: &str) {
+        self.store().slices.remove(name);
+    }
+
+    /// Creates or replaces a ResourceClaim as given, status included (its
+    /// `metadata.namespace` and `name` say which).
+    pub fn put_resource_claim(&self, mut claim: Value) {
+        let key = (
+            claim["metadata"]["namespace"]
+                .as_str()
+                .unwrap_or("default")
+                .to_string(),
+            claim["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+        );
+        let mut store = self.store();
+        store.version += 1;
+        claim["metadata"]["resourceVersion"] = json!(store.version.to_string());
+        store.claims.insert(key, claim);
+    }
+
+    /// Deletes a ResourceClaim.
+    pub fn delete_resource_claim(&self, namespace: &str, name: &str) {
+        self.store()
+            .claims
+            .remove(&(namespace.to_string(), name.to_string()));
     }
 }
 
@@ -562,5 +613,67 @@ async fn delete_gpu(State(shared): State<Shared>, Path(name): Path<String>) -> R
             Json(gpu).into_response()
         }
         None => not_found(&format!("gpus.tessera.dev \"{name}\"")),
+    }
+}
+
+async fn list_slices(State(shared): State<Shared>) -> Response {
+    let store = lock(&shared);
+    Json(json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSliceList",
+        "metadata": {"resourceVersion": store.version.to_string()},
+        "items": store.slices.values().cloned().collect::<Vec<_>>(),
+    }))
+    .into_response()
+}
+
+async fn get_slice(State(shared): State<Shared>, Path(name): Path<String>) -> Response {
+    match lock(&shared).slices.get(&name) {
+        Some(slice) => Json(slice.clone()).into_response(),
+        None => not_found(&format!("resourceslices.resource.k8s.io \"{name}\"")),
+    }
+}
+
+/// Server-side apply by the only manager there is: the applied object replaces the stored one.
+async fn apply_slice(
+    State(shared): State<Shared>,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> Response {
+    let mut applied = match json_body(&body) {
+        Ok(value) => value,
+        Err(refused) => return *refused,
+    };
+    if applied["apiVersion"] != "resource.k8s.io/v1" || applied["kind"] != "ResourceSlice" {
+        return status(
+            StatusCode::BAD_REQUEST,
+            "BadRequest",
+            format!(
+                "apply of {} {} to resourceslices",
+                applied["apiVersion"], applied["kind"]
+            ),
+        );
+    }
+    let mut store = lock(&shared);
+    store.version += 1;
+    applied["metadata"]["name"] = json!(name);
+    applied["metadata"]["resourceVersion"] = json!(store.version.to_string());
+    store.slices.insert(name, applied.clone());
+    Json(applied).into_response()
+}
+
+async fn delete_slice(State(shared): State<Shared>, Path(name): Path<String>) -> Response {
+    match lock(&shared).slices.remove(&name) {
+        Some(slice) => Json(slice).into_response(),
+        None => not_found(&format!("resourceslices.resource.k8s.io \"{name}\"")),
+    }
+}
+
+async fn get_claim(
+    State(shared): State<Shared>,
+    Path((ns, name)): Path<(String, String)>,
+) -> Response {
+    match lock(&shared).claims.get(&(ns, name.clone())) {
+        Some(claim) => Json(claim.clone()).into_response(),
+        None => not_found(&format!("resourceclaims.resource.k8s.io \"{name}\"")),
     }
 }

@@ -8,6 +8,7 @@
 pub mod fake_api {
     pub use tessera_k8s::sim::api::*;
 }
+pub mod dra;
 pub mod fake_kubelet;
 
 use fake_api::FakeApi;
