@@ -4,7 +4,7 @@
 //! [daemon]
 //! state_dir = "/run/tessera"     # where regions and the control socket live
 //! metrics = "127.0.0.1:9400"     # Prometheus endpoint; off when absent
-//! enforce = "report"             # over a cap by NVML: report (default) | kill
+//! enforce = "kill"               # over a cap by NVML: kill (default) | report
 //! enforce_grace_ms = 2000        # how long over cap + slack before kill acts
 //! enforce_slack = "64MiB"        # how far over the cap NVML may count unreported
 //!

@@ -18,7 +18,7 @@ use std::time::Duration;
 pub const DEFAULT_STATE_DIR: &str = "/run/tessera";
 /// The control socket's file name in the state dir.
 pub const SOCKET_NAME: &str = "control.sock";
-/// How often the watchdog looks when `enforce = "kill"` (it otherwise looks at each status).
+/// How often the watchdog looks where NVML is at hand (and at each status besides).
 const WATCHDOG_PERIOD: Duration = Duration::from_millis(250);
 
 /// Adds to a status what the regions cannot tell (the watchdog's GPU figures, real usage,
@@ -247,6 +247,7 @@ impl Daemon {
                     .enforce_grace_ms
                     .map_or(crate::watchdog::DEFAULT_GRACE, Duration::from_millis),
             );
+        let has_nvml = watchdog.has_nvml();
         let watchdog = std::sync::Mutex::new(watchdog);
         core.add_status_enricher(Box::new(move |status| {
             watchdog
@@ -254,8 +255,9 @@ impl Daemon {
                 .unwrap_or_else(|p| p.into_inner())
                 .observe(status)
         }));
-        if settings.enforce == crate::watchdog::Enforce::Kill {
-            // `kill` must see a container over its cap even when nobody asks for status.
+        if has_nvml {
+            // A container over its cap is logged the moment it is, and `kill` acts on it,
+            // whether anybody asks for status or not.
             let (c, s) = (core.clone(), stop.clone());
             threads.push(
                 std::thread::Builder::new()

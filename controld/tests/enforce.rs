@@ -137,3 +137,115 @@ fn report_only_reports() {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// Zeroes device 0's usage count and every slot's count in the region at `path` every
+/// millisecond until `stop`: what a process of the container can do to its own region.
+fn zero_counts_in_a_loop(
+    path: std::path::PathBuf,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<()> {
+    use std::sync::atomic::Ordering;
+    use tessera_region::layout::{RegionLayout, TOTAL_SIZE};
+    std::thread::spawn(move || {
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .unwrap();
+        // SAFETY: a fresh shared mapping of the whole region file, unmapped below; the
+        // daemon keeps the file at its size while the test runs.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                TOTAL_SIZE,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                std::os::fd::AsRawFd::as_raw_fd(&file),
+                0,
+            )
+        };
+        assert_ne!(base, libc::MAP_FAILED);
+        // SAFETY: the mapping is the region's layout, whose fields are all atomics, and
+        // page-aligned; it lives until the munmap below.
+        let region = unsafe { &*(base as *const RegionLayout) };
+        while !stop.load(Ordering::Relaxed) {
+            region.devices[0].memory_used.store(0, Ordering::SeqCst);
+            for slot in &region.processes {
+                slot.memory[0].store(0, Ordering::SeqCst);
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // SAFETY: the mapping made above, no longer used.
+        unsafe { libc::munmap(base, TOTAL_SIZE) };
+    })
+}
+
+/// A container whose processes zero its usage counts every millisecond allocates past its
+/// cap through the library itself. Under the default enforcement the watchdog logs it
+/// within a second of NVML showing it over, and stops it once the grace period is over.
+#[test]
+fn a_container_rewriting_its_counts_is_logged_at_once_and_stopped_by_default() {
+    let mut node = Node::new("enforce-default");
+    let config =
+        node.write_config("[[container]]\nname = \"greedy\"\ngpus = [0]\nmemory = \"1GiB\"\n");
+    let log = node.start_logging(Some(&config));
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let zeroing = zero_counts_in_a_loop(node.region("greedy"), stop.clone());
+    let mut greedy = Running::spawn(
+        node.in_container("greedy", &tessera_tests::artifacts().gpuload)
+            .args(["alloc", "--chunk", "128MiB", "--interval", "0.05"])
+            .args(["--limit", "3GiB", "--hold", "60"]),
+        "gpuload alloc in greedy",
+    );
+    let over = GIB + 64 * MIB;
+    let started = Instant::now();
+    let (mut over_at, mut logged_at) = (None, None);
+    let status = loop {
+        if let Some(status) = greedy.try_status() {
+            break status;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the process over its cap was never stopped"
+        );
+        let held = tessera_tests::processes_memory(&node.sim.stat(), &[greedy.pid()], 0);
+        if held > over && over_at.is_none() {
+            over_at = Some(Instant::now());
+        }
+        if logged_at.is_none()
+            && std::fs::read_to_string(&log)
+                .unwrap_or_default()
+                .lines()
+                .any(|l| l.contains("container greedy") && l.contains("by NVML, over its cap"))
+        {
+            logged_at = Some(Instant::now());
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let stopped_at = Instant::now();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    zeroing.join().unwrap();
+    let over_at = over_at.expect("NVML never showed the container over its cap");
+    let logged_at = logged_at.unwrap_or(stopped_at);
+    let (logged, stopped) = (
+        logged_at.saturating_duration_since(over_at),
+        stopped_at.duration_since(over_at),
+    );
+    eprintln!("over its cap by NVML: logged after {logged:?}, stopped after {stopped:?}");
+    assert_eq!(status.signal(), Some(libc::SIGKILL), "{status:?}");
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        text.contains("or the container rewrote its region's counts")
+            && text.contains("enforce = kill"),
+        "{text}"
+    );
+    assert!(logged < Duration::from_secs(1), "logged after {logged:?}");
+    // The default grace period (2 s), and what a loaded machine adds to the watchdog's
+    // 250 ms period.
+    assert!(
+        stopped < Duration::from_secs(4),
+        "stopped after {stopped:?}"
+    );
+    let c = node.container("greedy").unwrap();
+    assert_eq!(json_u64(&c, "/watchdog_kills"), 1, "{c}");
+}

@@ -427,6 +427,11 @@ impl Running {
         Running::start(cmd, what, Stdio::null(), Stdio::inherit())
     }
 
+    /// Starts `cmd` with stdout piped and stderr to `stderr` (a log file, say).
+    pub fn spawn_with_stderr(cmd: &mut Command, what: &str, stderr: Stdio) -> Running {
+        Running::start(cmd, what, Stdio::null(), stderr)
+    }
+
     /// Starts `cmd` with stdout and stderr piped, to be collected by [`Running::finish`].
     pub fn spawn_captured(cmd: &mut Command, what: &str) -> Running {
         Running::start(cmd, what, Stdio::null(), Stdio::piped())

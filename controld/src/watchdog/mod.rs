@@ -28,14 +28,20 @@ use std::time::{Duration, Instant};
 use tessera_region::units::format_size;
 
 /// What the watchdog does about a container over its cap (`[daemon] enforce`).
+///
+/// `kill` by default: the memory a container holds past its cap is its neighbours' (their
+/// allocations fail while it holds it), and a container gets there only by going around
+/// the library (a process without the preload, a static binary) or by rewriting its own
+/// region's counts; reporting alone would leave the neighbours short for as long as nobody
+/// reads the status. The slack and the grace period keep a driver's rounding from counting.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Enforce {
     /// Report it: a status line, a metric and a log line.
-    #[default]
     Report,
     /// Report it and, once it has lasted the grace period, stop the container's processes
     /// that hold memory on that GPU.
+    #[default]
     Kill,
 }
 
@@ -249,7 +255,25 @@ impl Watchdog {
         for o in over {
             let container = &mut status.containers[o.container];
             let key = (container.name.clone(), o.gpu);
-            let since = *self.over_since.entry(key.clone()).or_insert(now);
+            let since = *self.over_since.entry(key.clone()).or_insert_with(|| {
+                // The moment it is seen, whoever reads the status or not.
+                tracing::error!(
+                    "container {}: its processes hold {}MiB on GPU {} by NVML, over its cap of {} plus {} slack: a process allocates around libtessera.so, or the container rewrote its region's counts; {}",
+                    key.0,
+                    (o.real + (1 << 19)) >> 20,
+                    o.gpu,
+                    format_size(o.cap),
+                    format_size(self.slack),
+                    match self.enforce {
+                        Enforce::Kill => format!(
+                            "its processes on GPU {} are stopped if it stays over for {:?} (enforce = kill)",
+                            o.gpu, self.grace
+                        ),
+                        Enforce::Report => "nothing is done about it (enforce = report)".to_string(),
+                    }
+                );
+                now
+            });
             if self.enforce == Enforce::Report {
                 continue;
             }
@@ -375,7 +399,7 @@ fn judge(
                     // NVML's figure is rarely a round number: MiB, rounded, for people.
                     container.problems.push(format!(
                         "its processes hold {}MiB on GPU {}, over its cap of {}: something \
-                         allocates without libtessera.so",
+                         allocates without libtessera.so, or its region's counts were rewritten",
                         (real + (1 << 19)) >> 20,
                         device.gpu,
                         format_size(cap)

@@ -94,12 +94,25 @@ impl Node {
 
     /// `controld run` with `config`; waits until its socket answers.
     pub fn start(&mut self, config: Option<&Path>) {
+        self.start_with_stderr(config, std::process::Stdio::inherit());
+    }
+
+    /// Like [`Node::start`], with the daemon's log going to a file of the test dir, whose
+    /// path it returns.
+    pub fn start_logging(&mut self, config: Option<&Path>) -> PathBuf {
+        let log = self.dir.path().join("controld.log");
+        let file = std::fs::File::create(&log).unwrap();
+        self.start_with_stderr(config, file.into());
+        log
+    }
+
+    fn start_with_stderr(&mut self, config: Option<&Path>, stderr: std::process::Stdio) {
         let mut cmd = self.command();
         cmd.arg("run").arg("--state-dir").arg(self.state_dir());
         if let Some(config) = config {
             cmd.arg("--config").arg(config);
         }
-        self.daemon = Some(Running::spawn(&mut cmd, "controld run"));
+        self.daemon = Some(Running::spawn_with_stderr(&mut cmd, "controld run", stderr));
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             if let Some(status) = self.daemon.as_mut().unwrap().try_status() {
