@@ -162,6 +162,58 @@ struct Managed {
     /// The kinds of tampering already reported in `problems` (one line each, not one a
     /// pass).
     tampering_noted: u32,
+    /// Processes still alive in regions of it that were set aside, each charged in a slot
+    /// of its region until it ends.
+    carried: Vec<Carried>,
+}
+
+/// A live process of a region set aside (quarantined): it keeps its memory through its old
+/// mapping, so a slot of the container's new region holds the same charge under its pid
+/// ([`Region::hold_slot`]) until it ends. Without that, a container could spoil its
+/// region's header to be given a fresh one counted from zero, and a full cap beside what
+/// it holds.
+struct Carried {
+    /// The region set aside, and the process's slot there (its liveness).
+    source: Arc<Region>,
+    source_slot: usize,
+    pid: u32,
+    /// The slot holding its charge in the container's region.
+    slot: usize,
+}
+
+/// Moves the charge of the processes alive in `old`, a region of `m` just set aside, into
+/// slots of its new region: that of `old`'s own processes, and that `old` held for the
+/// processes of regions set aside before it.
+fn carry(m: &mut Managed, old: Arc<Region>) {
+    // What a context costs, as its processes measured it: a fresh region would reserve a
+    // guess for the next one, larger than what the cap has left beside the carried charge.
+    for dev in 0..tessera_region::MAX_DEVICES {
+        if let Some(bytes) = old.context_bytes(dev) {
+            m.region.set_context_bytes(dev, bytes);
+        }
+    }
+    let earlier = std::mem::take(&mut m.carried);
+    let processes = old.processes();
+    let mut moving: Vec<(Arc<Region>, usize, u32, Vec<u64>)> = Vec::new();
+    for p in &processes {
+        match earlier.iter().find(|c| c.slot == p.slot) {
+            Some(c) => moving.push((c.source.clone(), c.source_slot, c.pid, p.memory.clone())),
+            None => moving.push((old.clone(), p.slot, p.pid, p.memory.clone())),
+        }
+    }
+    for (source, source_slot, pid, memory) in moving {
+        match m.region.hold_slot(pid, &memory) {
+            Ok(slot) => m.carried.push(Carried {
+                source,
+                source_slot,
+                pid,
+                slot,
+            }),
+            Err(e) => m.problems.push(format!(
+                "cannot charge process {pid} of its region set aside to its new region: {e}"
+            )),
+        }
+    }
 }
 
 /// The daemon's containers.
@@ -355,6 +407,7 @@ impl State {
                 quarantines,
                 limits,
                 tampering_noted: 0,
+                carried: Vec::new(),
             },
         );
         log
@@ -432,6 +485,7 @@ impl State {
                 quarantines: 0,
                 limits,
                 tampering_noted: 0,
+                carried: Vec::new(),
             },
         );
         Ok(stem)
@@ -597,6 +651,7 @@ impl State {
                 quarantines: 0,
                 limits,
                 tampering_noted: 0,
+                carried: Vec::new(),
             },
         );
         self.publish();
@@ -727,6 +782,23 @@ impl State {
         let mut log = Vec::new();
         let dir = self.dir.clone();
         for (name, m) in &mut self.containers {
+            // The processes of regions set aside that have ended give their charge back.
+            let region = m.region.clone();
+            m.carried.retain(|c| {
+                let alive = c
+                    .source
+                    .processes()
+                    .iter()
+                    .any(|p| p.slot == c.source_slot && p.pid == c.pid);
+                if !alive {
+                    region.release_held_slot(c.slot);
+                    tracing::debug!(
+                        "container {name}: process {} of a region set aside ended; its charge is given back",
+                        c.pid
+                    );
+                }
+                alive
+            });
             let caps = m.spec.memory_caps();
             let mut found = 0u32;
             let mut lines = Vec::new();
@@ -821,7 +893,10 @@ impl State {
             m.problems.push(line.clone());
             m.quarantines += 1;
             match Region::open_or_create(&path, &init) {
-                Ok(region) => m.region = Arc::new(region),
+                Ok(region) => {
+                    let old = std::mem::replace(&mut m.region, Arc::new(region));
+                    carry(m, old);
+                }
                 Err(e) => m.problems.push(format!("cannot recreate its region: {e}")),
             }
             log.push(line);

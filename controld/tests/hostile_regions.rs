@@ -34,6 +34,12 @@ memory = "2GiB"
 /// What a capfill in the region at `region` got: `Some(bytes)` of the cap it filled, or
 /// `None` when it got no memory at all (the context itself refused, or nothing allocated).
 fn capfill(node: &Node, region: &Path) -> Option<u64> {
+    capfill_report(node, region).map(|full| json_u64(&full, "/total_full"))
+}
+
+/// The report of a capfill in the region at `region` that got memory (`allocated`: what it
+/// allocated beside its context; `total_full`: the cap as it saw it once full).
+fn capfill_report(node: &Node, region: &Path) -> Option<serde_json::Value> {
     let client = tessera_client(ClientKind::CDlopen);
     let mut cmd = node.in_container("victim", &client);
     cmd.env("TESSERA_REGION", region)
@@ -47,7 +53,7 @@ fn capfill(node: &Node, region: &Path) -> Option<u64> {
         .find_map(|l| l.strip_prefix("full "))
         .map(|j| serde_json::from_str::<serde_json::Value>(j).unwrap());
     match full {
-        Some(full) if json_u64(&full, "/allocated") > 0 => Some(json_u64(&full, "/total_full")),
+        Some(full) if json_u64(&full, "/allocated") > 0 => Some(full),
         _ => {
             let stderr = String::from_utf8_lossy(&out.stderr);
             assert!(
@@ -153,4 +159,67 @@ fn an_attacked_region_is_set_aside_and_the_daemon_serves_on() {
         ),
         Some(0.0)
     );
+}
+
+/// A process holds memory, and its container spoils its region's header: the daemon sets
+/// the region aside, but the process keeps its memory through its old mapping, so the new
+/// region starts with its charge (under its pid) instead of from zero: a new process gets
+/// only what is left of the cap. When the old process ends, its charge is given back.
+#[test]
+fn a_region_set_aside_keeps_the_charge_of_its_live_processes() {
+    let mut node = Node::new("hostile-charge");
+    let metrics = free_local_addr();
+    let config = node.write_config(&config(metrics));
+    node.start(Some(&config));
+    let client = tessera_client(ClientKind::CDlopen);
+    let mut old = Running::spawn(
+        node.in_container("victim", &client)
+            .args(["hold", &(128 * MIB).to_string()]),
+        "hold in victim",
+    );
+    old.wait_for_line("ready", Duration::from_secs(60));
+    let held = json_u64(&node.container("victim").unwrap(), "/devices/0/memory_used");
+    assert!(held >= 128 * MIB, "{held}");
+    {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(node.region("victim"))
+            .unwrap();
+        f.write_all_at(&[0xA5; 64], 0).unwrap();
+    }
+    wait_until(Duration::from_secs(30), "the quarantine", || {
+        node.container("victim")
+            .is_some_and(|c| json_u64(&c, "/region_quarantines") == 1)
+    });
+    let victim = node.container("victim").unwrap();
+    assert_eq!(
+        json_u64(&victim, "/devices/0/memory_used"),
+        held,
+        "{victim}"
+    );
+    let listed: Vec<u64> = victim["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| json_u64(p, "/pid"))
+        .collect();
+    assert!(
+        listed.contains(&u64::from(old.pid())),
+        "the old process is listed under its container: {victim}"
+    );
+    // A new process fills what is left of the cap, not a fresh cap.
+    let full = capfill_report(&node, &node.region("victim")).expect("memory left");
+    let context = tessera_region::units::parse_size(CONTEXT_MEMORY).unwrap();
+    let allocated = json_u64(&full, "/allocated");
+    assert!(
+        held + context + allocated <= GIB,
+        "the old process holds {held}, the new one {context} + {allocated}: over the cap"
+    );
+    drop(old);
+    wait_until(Duration::from_secs(30), "the old charge given back", || {
+        node.container("victim")
+            .is_some_and(|c| json_u64(&c, "/devices/0/memory_used") == 0)
+    });
+    assert_eq!(capfill(&node, &node.region("victim")), Some(GIB));
 }

@@ -82,6 +82,18 @@ impl MemoryCap<'_> {
             .map_err(|used| OverCap { cap, used })
     }
 
+    /// Adds `bytes` the container holds already to its usage, whatever its cap (memory
+    /// taken over from elsewhere, see `Region::hold_slot`).
+    pub(crate) fn count_held(&self, bytes: u64) {
+        // Relaxed: a counter with no data behind it (see `reserve`).
+        let _ = self
+            .0
+            .memory_used
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |used| {
+                Some(used.saturating_add(bytes))
+            });
+    }
+
     /// Takes `bytes` off the container's usage, never below zero (a counter spoiled by a
     /// buggy process must not wrap around and block everyone).
     pub fn release(&self, bytes: u64) {

@@ -80,6 +80,47 @@ impl Region {
                 ),
             });
         }
+        let index = self.take_free_slot(std::process::id())?;
+        Ok(ProcessSlot {
+            region: self,
+            index,
+            // Relaxed: see `release_after_fork`.
+            generation: self.generation.load(Ordering::Relaxed),
+        })
+    }
+
+    /// Holds a slot on behalf of a process that keeps memory through another region
+    /// (`controld`, for the live processes of a region it set aside): listed with `pid`,
+    /// holding `memory` (bytes per device) counted in the container's usage whatever its
+    /// cap, since that memory is held already. Nobody reaps it (its lock and local bit are
+    /// this process's) until [`Region::release_held_slot`].
+    pub fn hold_slot(&self, pid: u32, memory: &[u64]) -> Result<usize, RegionError> {
+        let index = self.take_free_slot(pid)?;
+        let p = self.entry(index);
+        for (dev, &bytes) in memory.iter().enumerate().take(MAX_DEVICES) {
+            if let Some(account) = self.account(dev) {
+                // The container first, the slot second, as a reservation does.
+                MemoryCap(account, None).count_held(bytes);
+                // Relaxed: a counter with no data behind it.
+                p.memory[dev].fetch_add(bytes, Ordering::Relaxed);
+            }
+        }
+        Ok(index)
+    }
+
+    /// Frees a slot taken with [`Region::hold_slot`]: its memory goes back to the container.
+    pub fn release_held_slot(&self, slot: usize) {
+        if slot >= MAX_PROCESSES {
+            return;
+        }
+        self.free(self.entry(slot));
+        liveness::unlock(self.lock_file.as_fd(), liveness::slot_byte(slot));
+        self.drop_local(slot);
+    }
+
+    /// Takes a free slot for `pid` (reaping dead processes' slots once if none is free):
+    /// holding its lock byte and local bit, publishes it live with zeroed counters.
+    fn take_free_slot(&self, pid: u32) -> Result<usize, RegionError> {
         let fd = self.lock_file.as_fd();
         for round in 0..2 {
             for slot in 0..MAX_PROCESSES {
@@ -111,19 +152,14 @@ impl Region {
                     continue;
                 }
                 // Relaxed: published by the Release store of the state below.
-                p.pid.store(std::process::id(), Ordering::Relaxed);
+                p.pid.store(pid, Ordering::Relaxed);
                 for held in &p.memory {
                     held.store(0, Ordering::Relaxed);
                 }
                 // Release: pairs with the Acquire loads of readers (`processes`, the checks
                 // of `open`) and reapers: a slot seen live has its pid and zeroed counters.
                 p.state.store(SLOT_LIVE, Ordering::Release);
-                return Ok(ProcessSlot {
-                    region: self,
-                    index: slot,
-                    // Relaxed: see `release_after_fork`.
-                    generation: self.generation.load(Ordering::Relaxed),
-                });
+                return Ok(slot);
             }
             if round == 0 && self.reap_dead() == 0 {
                 break;
