@@ -173,8 +173,10 @@ struct Managed {
 /// region's header to be given a fresh one counted from zero, and a full cap beside what
 /// it holds.
 struct Carried {
-    /// The region set aside, and the process's slot there (its liveness).
+    /// The region set aside, where it was put (if it could be moved), and the process's
+    /// slot there (its liveness).
     source: Arc<Region>,
+    source_path: Option<PathBuf>,
     source_slot: usize,
     pid: u32,
     /// The slot holding its charge in the container's region.
@@ -184,7 +186,7 @@ struct Carried {
 /// Moves the charge of the processes alive in `old`, a region of `m` just set aside, into
 /// slots of its new region: that of `old`'s own processes, and that `old` held for the
 /// processes of regions set aside before it.
-fn carry(m: &mut Managed, old: Arc<Region>) {
+fn carry(m: &mut Managed, old: Arc<Region>, old_path: Option<PathBuf>) {
     // What a context costs, as its processes measured it: a fresh region would reserve a
     // guess for the next one, larger than what the cap has left beside the carried charge.
     for dev in 0..tessera_region::MAX_DEVICES {
@@ -194,17 +196,30 @@ fn carry(m: &mut Managed, old: Arc<Region>) {
     }
     let earlier = std::mem::take(&mut m.carried);
     let processes = old.processes();
-    let mut moving: Vec<(Arc<Region>, usize, u32, Vec<u64>)> = Vec::new();
+    let mut moving = Vec::new();
     for p in &processes {
         match earlier.iter().find(|c| c.slot == p.slot) {
-            Some(c) => moving.push((c.source.clone(), c.source_slot, c.pid, p.memory.clone())),
-            None => moving.push((old.clone(), p.slot, p.pid, p.memory.clone())),
+            Some(c) => moving.push((
+                c.source.clone(),
+                c.source_path.clone(),
+                c.source_slot,
+                c.pid,
+                p.memory.clone(),
+            )),
+            None => moving.push((
+                old.clone(),
+                old_path.clone(),
+                p.slot,
+                p.pid,
+                p.memory.clone(),
+            )),
         }
     }
-    for (source, source_slot, pid, memory) in moving {
+    for (source, source_path, source_slot, pid, memory) in moving {
         match m.region.hold_slot(pid, &memory) {
             Ok(slot) => m.carried.push(Carried {
                 source,
+                source_path,
                 source_slot,
                 pid,
                 slot,
@@ -493,6 +508,11 @@ impl State {
 
     /// Moves a bad region file into `quarantine/` and records why; returns the log line.
     fn quarantine(&mut self, path: &Path, reason: &str) -> String {
+        self.quarantine_to(path, reason).0
+    }
+
+    /// [`State::quarantine`], and where the file went if it could be moved.
+    fn quarantine_to(&mut self, path: &Path, reason: &str) -> (String, Option<PathBuf>) {
         let qdir = self.dir.join("quarantine");
         let stamp = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -513,19 +533,25 @@ impl State {
                 }
             })
             .and_then(|()| std::fs::rename(path, &target));
-        let line = match moved {
-            Ok(()) => format!(
-                "quarantined {} (moved to {}): {reason}",
-                path.display(),
-                target.display()
+        let (line, moved_to) = match moved {
+            Ok(()) => (
+                format!(
+                    "quarantined {} (moved to {}): {reason}",
+                    path.display(),
+                    target.display()
+                ),
+                Some(target),
             ),
-            Err(e) => format!(
-                "cannot quarantine {} ({e}); it is ignored: {reason}",
-                path.display()
+            Err(e) => (
+                format!(
+                    "cannot quarantine {} ({e}); it is ignored: {reason}",
+                    path.display()
+                ),
+                None,
             ),
         };
         self.note(line.clone());
-        line
+        (line, moved_to)
     }
 
     /// Records a node-wide problem for status.
@@ -878,7 +904,7 @@ impl State {
         let mut log = Vec::new();
         for (name, reason) in bad {
             let path = self.region_path(&name);
-            let line = self.quarantine(&path, &reason);
+            let (line, set_aside) = self.quarantine_to(&path, &reason);
             let spec = self.containers[&name].spec.clone();
             let init = RegionInit {
                 name: name.clone(),
@@ -895,7 +921,7 @@ impl State {
             match Region::open_or_create(&path, &init) {
                 Ok(region) => {
                     let old = std::mem::replace(&mut m.region, Arc::new(region));
-                    carry(m, old);
+                    carry(m, old, set_aside);
                 }
                 Err(e) => m.problems.push(format!("cannot recreate its region: {e}")),
             }
@@ -1338,6 +1364,16 @@ fn container_status(name: &str, m: &Managed, path: &Path) -> ContainerStatus {
         timeslice_set_us,
         timeslice_unavailable,
         region: path.to_path_buf(),
+        regions_set_aside: {
+            let mut paths: Vec<PathBuf> = m
+                .carried
+                .iter()
+                .filter_map(|c| c.source_path.clone())
+                .collect();
+            paths.sort();
+            paths.dedup();
+            paths
+        },
         devices,
         processes,
         problems,

@@ -64,6 +64,10 @@ pub struct ContainerStatus {
     pub timeslice_unavailable: bool,
     /// Its region file.
     pub region: PathBuf,
+    /// Region files of it set aside (quarantined) whose processes still live: they keep
+    /// their memory through them, and are its processes all the same.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub regions_set_aside: Vec<PathBuf>,
     /// Per GPU it may use.
     pub devices: Vec<ContainerDevice>,
     /// Its live processes.

@@ -208,6 +208,22 @@ fn a_region_set_aside_keeps_the_charge_of_its_live_processes() {
         listed.contains(&u64::from(old.pid())),
         "the old process is listed under its container: {victim}"
     );
+    // The watchdog finds it through the file set aside: its real memory is the container's
+    // (judged against its cap, and stopped with it under `enforce = "kill"`).
+    assert_eq!(
+        victim["regions_set_aside"].as_array().map(Vec::len),
+        Some(1)
+    );
+    wait_until(Duration::from_secs(30), "the old process linked", || {
+        node.container("victim").is_some_and(|c| {
+            c["processes"].as_array().unwrap().iter().any(|p| {
+                p["host_pids"]
+                    .as_array()
+                    .unwrap()
+                    .contains(&serde_json::json!(old.pid()))
+            }) && json_u64(&c, "/devices/0/real_memory_used") >= 128 * MIB
+        })
+    });
     // A new process fills what is left of the cap, not a fresh cap.
     let full = capfill_report(&node, &node.region("victim")).expect("memory left");
     let context = tessera_region::units::parse_size(CONTEXT_MEMORY).unwrap();
@@ -222,4 +238,6 @@ fn a_region_set_aside_keeps_the_charge_of_its_live_processes() {
             .is_some_and(|c| json_u64(&c, "/devices/0/memory_used") == 0)
     });
     assert_eq!(capfill(&node, &node.region("victim")), Some(GIB));
+    let victim = node.container("victim").unwrap();
+    assert!(victim.get("regions_set_aside").is_none(), "{victim}");
 }

@@ -79,6 +79,7 @@ fn node() -> NodeStatus {
                 }],
                 problems: Vec::new(),
                 region_quarantines: 0,
+                regions_set_aside: Vec::new(),
                 watchdog_kills: 0,
             },
             ContainerStatus {
@@ -100,6 +101,7 @@ fn node() -> NodeStatus {
                 processes: Vec::new(),
                 problems: vec!["a problem".to_string()],
                 region_quarantines: 2,
+                regions_set_aside: Vec::new(),
                 watchdog_kills: 3,
             },
         ],

@@ -66,6 +66,7 @@ fn status_of(region: &Region) -> NodeStatus {
                 .collect(),
             problems: Vec::new(),
             region_quarantines: 0,
+            regions_set_aside: Vec::new(),
             watchdog_kills: 0,
         }],
         ..NodeStatus::default()

@@ -345,6 +345,7 @@ mod tests {
                 }],
                 problems: vec![],
                 region_quarantines: 0,
+                regions_set_aside: Vec::new(),
                 watchdog_kills: 0,
             }],
             unmanaged: vec![UnmanagedProcess {

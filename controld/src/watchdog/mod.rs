@@ -199,10 +199,16 @@ impl Watchdog {
             }
             None => None,
         };
-        let files: Vec<Option<FileId>> = status
+        // Its region, and those set aside whose processes live on through them.
+        let files: Vec<Vec<FileId>> = status
             .containers
             .iter()
-            .map(|c| FileId::of(&c.region).ok())
+            .map(|c| {
+                std::iter::once(&c.region)
+                    .chain(&c.regions_set_aside)
+                    .filter_map(|path| FileId::of(path).ok())
+                    .collect()
+            })
             .collect();
         self.maps.update(&self.ignore);
         let mut mapping = self.maps.mapping(&files);
@@ -453,6 +459,7 @@ mod tests {
             processes: Vec::new(),
             problems: Vec::new(),
             region_quarantines: 0,
+            regions_set_aside: Vec::new(),
             watchdog_kills: 0,
         }
     }

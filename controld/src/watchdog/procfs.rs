@@ -167,14 +167,15 @@ impl ProcessMaps {
         );
     }
 
-    /// For each of `files`, the host pids that map it, sorted; a `None` file is mapped by
-    /// no one.
-    pub fn mapping(&self, files: &[Option<FileId>]) -> Vec<Vec<u32>> {
+    /// For each list of `files` (a container's), the host pids that map any of them, sorted.
+    pub fn mapping(&self, files: &[Vec<FileId>]) -> Vec<Vec<u32>> {
         let mut found = vec![Vec::new(); files.len()];
         for (&pid, entry) in &self.entries {
-            for (i, file) in files.iter().enumerate() {
-                let Some(file) = file else { continue };
-                if entry.shared.iter().any(|m| file.matches(m)) {
+            for (i, files) in files.iter().enumerate() {
+                if files
+                    .iter()
+                    .any(|file| entry.shared.iter().any(|m| file.matches(m)))
+                {
                     found[i].push(pid);
                 }
             }
@@ -270,9 +271,9 @@ mod tests {
         file.set_len(4096).unwrap();
         let me = std::process::id();
         let files = [
-            Some(FileId::of(&path).unwrap()),
-            None,
-            FileId::of(&std::env::temp_dir()).ok(),
+            vec![FileId::of(&path).unwrap()],
+            Vec::new(),
+            FileId::of(&std::env::temp_dir()).into_iter().collect(),
         ];
         let mut maps = ProcessMaps::new(Path::new("/proc"));
         maps.update(&[]);
