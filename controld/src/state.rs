@@ -1058,10 +1058,20 @@ impl State {
             .iter()
             .map(|(name, m)| {
                 let mut status = container_status(name, m, &self.region_path(name));
-                let tampering = members
+                let mine: Vec<_> = members
                     .iter()
                     .filter(|member| &member.name == name)
+                    .collect();
+                let tampering = mine
+                    .iter()
                     .fold(0, |bits, member| bits | member.tampering());
+                // The share granted as the daemon knows it, not as the region says.
+                for device in &mut status.devices {
+                    if let Some(granted) = mine.iter().find_map(|m| m.granted(device.gpu as usize))
+                    {
+                        device.share_target = Some(granted);
+                    }
+                }
                 status.problems.extend(
                     crate::scheduler::Tampering::describe(tampering)
                         .into_iter()
@@ -1337,6 +1347,7 @@ fn container_status(name: &str, m: &Managed, path: &Path) -> ContainerStatus {
                 share_target: compute.target,
                 share_measured: compute.measured,
                 share_measured_until_ns: compute.measured_until_ns,
+                real_share: None,
                 throttled_ns: compute.throttled_ns,
                 preemptions: compute.preemptions,
             }

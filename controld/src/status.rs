@@ -102,6 +102,11 @@ pub struct ContainerDevice {
     /// When that second ended, on the node clock (ns of `CLOCK_MONOTONIC`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub share_measured_until_ns: Option<u64>,
+    /// The share of GPU time its processes really used over about the last second, 0–1,
+    /// by NVML's per-process utilization (the watchdog's figure; nothing it writes changes
+    /// it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub real_share: Option<f64>,
     /// Time its launches waited for tokens, in nanoseconds.
     pub throttled_ns: u64,
     /// How often online work preempted it.

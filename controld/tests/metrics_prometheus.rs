@@ -39,6 +39,7 @@ fn device(gpu: u32, used: u64, cap: Option<u64>) -> ContainerDevice {
         share_target: Some(0.3),
         share_measured: Some(0.295),
         share_measured_until_ns: None,
+        real_share: None,
         throttled_ns: 2_250_000_000,
         preemptions: 4,
     }
@@ -95,6 +96,7 @@ fn node() -> NodeStatus {
                     share_target: None,
                     share_measured: None,
                     share_measured_until_ns: None,
+                    real_share: None,
                     real_memory_used: None,
                     ..device(0, 1 << 30, Some(1 << 30))
                 }],

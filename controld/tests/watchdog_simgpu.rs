@@ -51,6 +51,7 @@ fn status_of(region: &Region) -> NodeStatus {
                 share_target: None,
                 share_measured: None,
                 share_measured_until_ns: None,
+                real_share: None,
                 throttled_ns: 0,
                 preemptions: 0,
             }],

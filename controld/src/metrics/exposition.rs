@@ -334,6 +334,7 @@ mod tests {
                     share_target: Some(0.5),
                     share_measured: Some(0.25),
                     share_measured_until_ns: None,
+                    real_share: None,
                     throttled_ns: 1_500_000_000,
                     preemptions: 7,
                 }],

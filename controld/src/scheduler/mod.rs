@@ -56,7 +56,14 @@ pub struct Member {
     /// What the tick found its processes writing into its region that the daemon put back
     /// ([`Tampering`] bits), for status.
     tampering: AtomicU32,
+    /// Per GPU, the share the tick last granted it, in ppm ([`UNGRANTED`] before its
+    /// first tick there): the daemon's own figure, where the region's copy is the
+    /// container's to write.
+    granted_ppm: [AtomicU32; MAX_DEVICES],
 }
+
+/// [`Member::granted_ppm`] before a tick granted anything.
+const UNGRANTED: u32 = u32::MAX;
 
 /// Kinds of tampering the scheduler finds in a region and undoes, as bits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -108,7 +115,23 @@ impl Member {
             timeslice_us,
             stale: AtomicBool::new(false),
             tampering: AtomicU32::new(0),
+            granted_ppm: [const { AtomicU32::new(UNGRANTED) }; MAX_DEVICES],
         }
+    }
+
+    /// Records the share the tick granted it on `gpu`.
+    pub(crate) fn grant(&self, gpu: usize, ppm: u32) {
+        if let Some(word) = self.granted_ppm.get(gpu) {
+            // Relaxed: a figure for status, with nothing published under it.
+            word.store(ppm, Ordering::Relaxed);
+        }
+    }
+
+    /// The share the scheduler last granted it on `gpu` (0 to 1); `None` before it did.
+    pub fn granted(&self, gpu: usize) -> Option<f64> {
+        // Relaxed: see `grant`.
+        let ppm = self.granted_ppm.get(gpu)?.load(Ordering::Relaxed);
+        (ppm != UNGRANTED).then(|| f64::from(ppm) / f64::from(rates::WHOLE_PPM))
     }
 
     /// Records tampering of `kind` found in its region.

@@ -10,9 +10,12 @@
 //!   the daemon declared (the status carries it), never what the region says. With
 //!   [`Enforce::Kill`], the container's processes on that GPU are stopped with `SIGKILL`
 //!   once it has stayed over its cap plus the slack for the grace period.
+//! - A container whose processes used more of a GPU's time than it was granted, by NVML's
+//!   per-process utilization, has gone around its launch gate ([`compute`]).
 //!
 //! Without NVML (no NVIDIA driver) the watchdog only links host pids; it is not an error.
 
+mod compute;
 mod nvml;
 mod procfs;
 
@@ -72,6 +75,8 @@ pub struct Watchdog {
     kills: HashMap<String, (u64, String)>,
     /// The last NVML failure logged.
     last_error: Option<String>,
+    /// What each container really ran, against what it was granted.
+    compute: compute::ComputeCheck,
 }
 
 // The daemon shares it between its threads (behind a lock).
@@ -122,6 +127,7 @@ impl Watchdog {
             over_since: HashMap::new(),
             kills: HashMap::new(),
             last_error: None,
+            compute: compute::ComputeCheck::default(),
         }
     }
 
@@ -240,6 +246,9 @@ impl Watchdog {
         if let Some(gpus) = gpus {
             let over = judge(status, &gpus, &mapping, self.slack);
             self.enforce(status, over);
+            if let Some(nvml) = &self.nvml {
+                self.compute.observe(nvml, status, &mapping);
+            }
         }
         for container in &mut status.containers {
             if let Some((count, why)) = self.kills.get(&container.name) {
@@ -453,6 +462,7 @@ mod tests {
                 share_target: None,
                 share_measured: None,
                 share_measured_until_ns: None,
+                real_share: None,
                 throttled_ns: 0,
                 preemptions: 0,
             }],

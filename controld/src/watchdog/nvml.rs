@@ -15,6 +15,8 @@ type Device = *mut c_void;
 
 const SUCCESS: NvmlReturn = 0;
 const INSUFFICIENT_SIZE: NvmlReturn = 7;
+/// `NVML_ERROR_NOT_FOUND`: for process utilization, no sample newer than the one asked from.
+const NOT_FOUND: NvmlReturn = 6;
 /// `NVML_DEVICE_NAME_V2_BUFFER_SIZE` and `NVML_DEVICE_UUID_V2_BUFFER_SIZE`.
 const NAME_BUFFER: usize = 96;
 const UUID_BUFFER: usize = 96;
@@ -60,7 +62,23 @@ struct Attributes {
     memory_size_mb: u64,
 }
 
+/// `nvmlProcessUtilizationSample_t`: one process's use of the engines over a sample
+/// period, in percent, stamped in µs.
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy)]
+struct ProcessUtilizationSample {
+    pid: c_uint,
+    time_stamp: u64,
+    sm_util: c_uint,
+    mem_util: c_uint,
+    enc_util: c_uint,
+    dec_util: c_uint,
+}
+
 const _: () = {
+    assert!(std::mem::size_of::<ProcessUtilizationSample>() == 32);
+    assert!(std::mem::offset_of!(ProcessUtilizationSample, time_stamp) == 8);
+    assert!(std::mem::offset_of!(ProcessUtilizationSample, sm_util) == 16);
     assert!(std::mem::size_of::<Attributes>() == 40);
     assert!(std::mem::size_of::<Memory>() == 24);
     assert!(std::mem::size_of::<Utilization>() == 8);
@@ -78,6 +96,8 @@ type UtilizationFn = unsafe extern "C" fn(Device, *mut Utilization) -> NvmlRetur
 type ProcessesFn = unsafe extern "C" fn(Device, *mut c_uint, *mut ProcessInfo) -> NvmlReturn;
 type ErrorStringFn = unsafe extern "C" fn(NvmlReturn) -> *const c_char;
 type AttributesFn = unsafe extern "C" fn(Device, *mut Attributes) -> NvmlReturn;
+type ProcessUtilizationFn =
+    unsafe extern "C" fn(Device, *mut ProcessUtilizationSample, *mut c_uint, u64) -> NvmlReturn;
 
 /// Why NVML cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -127,6 +147,17 @@ pub struct Nvml {
     error_string: Option<ErrorStringFn>,
     /// Absent from old drivers.
     attributes: Option<AttributesFn>,
+    /// Absent from old drivers.
+    process_utilization: Option<ProcessUtilizationFn>,
+}
+
+/// What each process used of a GPU's engine since an earlier sample.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct EngineUse {
+    /// Host pid and its share of the engine (0 to 1), averaged over its samples.
+    pub processes: Vec<(u32, f64)>,
+    /// The newest sample's stamp (µs), to ask from next time.
+    pub latest_us: u64,
 }
 
 // SAFETY: NVML is documented thread-safe; `Nvml` holds only function pointers into a library
@@ -220,6 +251,7 @@ impl Nvml {
             shutdown: entry!(c"nvmlShutdown")?,
             error_string: entry!(c"nvmlErrorString").ok(),
             attributes: entry!(c"nvmlDeviceGetAttributes_v2").ok(),
+            process_utilization: entry!(c"nvmlDeviceGetProcessUtilization").ok(),
         };
         // SAFETY: no arguments; NVML counts inits, each matched by the shutdown in `drop`.
         let rc = unsafe { init() };
@@ -285,6 +317,45 @@ impl Nvml {
         // SAFETY: a handle NVML gave and a valid out-pointer to an nvmlDeviceAttributes_t.
         let rc = unsafe { attributes(device, &mut a) };
         (rc == SUCCESS && a.multiprocessor_count > 0).then_some(a.multiprocessor_count)
+    }
+
+    /// What each process used of GPU `index`'s engine in the samples newer than `since_us`
+    /// (0: all the driver keeps); `None` where the driver cannot tell.
+    pub fn engine_use(&self, index: u32, since_us: u64) -> Option<EngineUse> {
+        let query = self.process_utilization?;
+        let mut device: Device = std::ptr::null_mut();
+        // SAFETY: a valid out-pointer; an index past the count is refused by NVML.
+        if unsafe { (self.handle)(index, &mut device) } != SUCCESS {
+            return None;
+        }
+        let mut room: c_uint = 0;
+        for _ in 0..4 {
+            let mut samples = vec![ProcessUtilizationSample::default(); room as usize];
+            let mut count = room;
+            let buffer = if samples.is_empty() {
+                std::ptr::null_mut()
+            } else {
+                samples.as_mut_ptr()
+            };
+            // SAFETY: a handle NVML gave; `count` says how many entries `buffer` holds (none
+            // with a null buffer, which asks for the count).
+            let rc = unsafe { query(device, buffer, &mut count, since_us) };
+            match rc {
+                SUCCESS => {
+                    samples.truncate(count.min(room) as usize);
+                    return Some(engine_use(&samples, since_us));
+                }
+                NOT_FOUND => {
+                    return Some(EngineUse {
+                        processes: Vec::new(),
+                        latest_us: since_us,
+                    })
+                }
+                INSUFFICIENT_SIZE => room = count.saturating_add(8),
+                _ => return None,
+            }
+        }
+        None
     }
 
     fn device(&self, index: u32) -> Result<GpuSample, NvmlError> {
@@ -368,6 +439,32 @@ impl Nvml {
             "nvmlDeviceGetComputeRunningProcesses",
             "the process list kept growing".to_string(),
         ))
+    }
+}
+
+/// Each process's mean share of the engine over its samples, and the newest stamp.
+fn engine_use(samples: &[ProcessUtilizationSample], since_us: u64) -> EngineUse {
+    let mut sums: Vec<(u32, u64, u64)> = Vec::new();
+    for s in samples {
+        match sums.iter_mut().find(|(pid, ..)| *pid == s.pid) {
+            Some((_, total, n)) => {
+                *total += u64::from(s.sm_util.min(100));
+                *n += 1;
+            }
+            None => sums.push((s.pid, u64::from(s.sm_util.min(100)), 1)),
+        }
+    }
+    EngineUse {
+        processes: sums
+            .into_iter()
+            .map(|(pid, total, n)| (pid, total as f64 / n as f64 / 100.0))
+            .collect(),
+        latest_us: samples
+            .iter()
+            .map(|s| s.time_stamp)
+            .max()
+            .unwrap_or(since_us)
+            .max(since_us),
     }
 }
 
