@@ -49,7 +49,7 @@
 #define TESSERA_MAGIC "TESSERA"
 #define TESSERA_MAGIC_LEN 8
 /* Bumped whenever a byte of the layout moves or changes meaning. */
-#define TESSERA_ABI_VERSION 3u
+#define TESSERA_ABI_VERSION 4u
 /* Device accounts in a region. */
 #define TESSERA_MAX_DEVICES 16
 /* Process slots in a region. */
@@ -186,13 +186,20 @@ struct tessera_board {
 
 /* A container's limits where its processes can only read them: the file `<region>.limits`
  * beside its region, written by controld alone and given to the container read-only. The
- * library holds the container to the lower of each cap here and the region's own. */
+ * library holds the container to the lower of each cap here and the region's own, and,
+ * while heartbeat_ns is fresh, to the compute mode and holds here. */
 #define TESSERA_LIMITS_MAGIC "TSRLIMIT"
+#define TESSERA_HOLD_BLOCKED 1u    /* offline, while online work runs */
+#define TESSERA_HOLD_OVER_GRANT 2u /* ran past its granted share, by the daemon's measure */
 struct tessera_limits {
     char magic[8];             /* TESSERA_LIMITS_MAGIC, no NUL */
     uint32_t abi_version;      /* TESSERA_ABI_VERSION */
-    uint8_t reserved[52];      /* zero */
+    uint32_t compute_limited;  /* atomic: bit d while device d's compute is limited */
+    uint64_t heartbeat_ns;     /* atomic: the daemon's last tick, CLOCK_MONOTONIC */
+    uint8_t reserved[40];      /* zero */
     uint64_t memory_caps[TESSERA_MAX_DEVICES]; /* atomic: declared caps; TESSERA_UNLIMITED none */
+    uint32_t compute_mode[TESSERA_MAX_DEVICES]; /* atomic: TESSERA_COMPUTE_* per device */
+    uint32_t compute_hold[TESSERA_MAX_DEVICES]; /* atomic: TESSERA_HOLD_* bits; 0 may launch */
 };
 
 #define TESSERA_REGION_SIZE \
@@ -207,7 +214,7 @@ _Static_assert(sizeof(struct tessera_compute_account) == 192 + 8 * TESSERA_SPAN_
 _Static_assert(sizeof(struct tessera_process_entry) == 192, "three cache lines");
 _Static_assert(sizeof(struct tessera_region) == TESSERA_REGION_SIZE, "region size");
 _Static_assert(sizeof(struct tessera_board) == 64 + 8 * TESSERA_MAX_DEVICES, "board size");
-_Static_assert(sizeof(struct tessera_limits) == 64 + 8 * TESSERA_MAX_DEVICES, "limits size");
+_Static_assert(sizeof(struct tessera_limits) == 64 + 16 * TESSERA_MAX_DEVICES, "limits size");
 #endif
 
 #endif /* TESSERA_H */

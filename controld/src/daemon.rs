@@ -257,7 +257,8 @@ impl Daemon {
         }));
         if has_nvml {
             // A container over its cap is logged the moment it is, and `kill` acts on it,
-            // whether anybody asks for status or not.
+            // whether anybody asks for status or not; one that ran past its compute grant is
+            // held until it has paid it back.
             let (c, s) = (core.clone(), stop.clone());
             threads.push(
                 std::thread::Builder::new()
@@ -265,7 +266,8 @@ impl Daemon {
                     .spawn(move || {
                         // Relaxed: a flag with no data behind it.
                         while !s.load(Ordering::Relaxed) {
-                            drop(c.node_status());
+                            let status = c.node_status();
+                            c.with_state(|state| state.hold_over_grant(&status));
                             std::thread::sleep(WATCHDOG_PERIOD);
                         }
                     })

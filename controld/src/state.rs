@@ -158,7 +158,7 @@ struct Managed {
     quarantines: u64,
     /// Its limits file, where the daemon could make one: the caps its processes can only
     /// read.
-    limits: Option<Limits>,
+    limits: Option<Arc<Limits>>,
     /// The kinds of tampering already reported in `problems` (one line each, not one a
     /// pass).
     tampering_noted: u32,
@@ -399,7 +399,7 @@ impl State {
         };
         // The declaration is the record: caps written into the region while no daemon ran
         // are put back.
-        apply_caps(&region, limits.as_ref(), &saved.spec, &self.uuids);
+        apply_caps(&region, limits.as_deref(), &saved.spec, &self.uuids);
         if problems.is_empty() {
             log.push(format!("adopted container {name} ({})", path.display()));
         }
@@ -442,6 +442,7 @@ impl State {
                     Member::new(
                         name.clone(),
                         m.region.clone(),
+                        m.limits.clone(),
                         m.spec.gpus.as_slice().to_vec(),
                         m.spec.compute,
                         m.spec.priority,
@@ -664,7 +665,7 @@ impl State {
                 Region::open_or_create(&path, &init)?
             }
         };
-        apply_caps(&region, limits.as_ref(), &spec, &self.uuids);
+        apply_caps(&region, limits.as_deref(), &spec, &self.uuids);
         self.save(&spec, origin)?;
         self.containers.insert(
             name.clone(),
@@ -720,7 +721,7 @@ impl State {
         let origin = self.containers[&name].origin;
         self.save(&spec, origin)?;
         let m = self.containers.get_mut(&name).expect("present");
-        apply_caps(&m.region, m.limits.as_ref(), &spec, &self.uuids);
+        apply_caps(&m.region, m.limits.as_deref(), &spec, &self.uuids);
         m.spec = spec;
         self.publish();
         Ok(())
@@ -788,9 +789,9 @@ impl State {
         path: &Path,
         spec: &ContainerSpec,
         problems: &mut Vec<String>,
-    ) -> Option<Limits> {
+    ) -> Option<Arc<Limits>> {
         match Limits::create(&limits_path(path), &spec.memory_caps()) {
-            Ok(limits) => Some(limits),
+            Ok(limits) => Some(Arc::new(limits)),
             Err(e) => {
                 problems.push(format!(
                     "its limits file cannot be made ({e}); its processes can raise their own caps"
@@ -806,6 +807,7 @@ impl State {
     /// tampering is reported once per container, in its status and as a returned log line.
     pub fn guard_regions(&mut self) -> Vec<String> {
         let mut log = Vec::new();
+        let mut remade = false;
         let dir = self.dir.clone();
         for (name, m) in &mut self.containers {
             // The processes of regions set aside that have ended give their charge back.
@@ -859,7 +861,8 @@ impl State {
                     found |= LIMITS_GONE;
                     match Limits::create(&path, &caps) {
                         Ok(limits) => {
-                            m.limits = Some(limits);
+                            m.limits = Some(Arc::new(limits));
+                            remade = true;
                             lines.push("its limits file was removed or replaced by something that is not a file; made again".to_string());
                         }
                         Err(e) => lines.push(format!(
@@ -888,6 +891,10 @@ impl State {
                     m.problems.push(line);
                 }
             }
+        }
+        if remade {
+            // The scheduler writes the new file's compute words from now on.
+            self.publish();
         }
         log
     }
@@ -1042,6 +1049,34 @@ impl State {
             .keys()
             .filter_map(|n| self.info(n))
             .collect()
+    }
+
+    /// Holds, through their limits files, the containers the watchdog found running past
+    /// their compute grant (`compute_held` in `status`), and lets go of those that paid it
+    /// back.
+    pub fn hold_over_grant(&self, status: &NodeStatus) {
+        for c in &status.containers {
+            let Some(m) = self.containers.get(&c.name) else {
+                continue;
+            };
+            let Some(limits) = &m.limits else {
+                continue;
+            };
+            for device in &c.devices {
+                let gpu = device.gpu as usize;
+                if gpu < MAX_DEVICES
+                    && limits.set_compute_hold(
+                        gpu,
+                        tessera_region::layout::HOLD_OVER_GRANT,
+                        device.compute_held,
+                    )
+                    && !device.compute_held
+                {
+                    // Launches sleeping in the gate look again.
+                    m.region.compute(gpu).wake_gate();
+                }
+            }
+        }
     }
 
     /// Every region, for the reaper (which works without holding the state).
@@ -1348,6 +1383,7 @@ fn container_status(name: &str, m: &Managed, path: &Path) -> ContainerStatus {
                 share_measured: compute.measured,
                 share_measured_until_ns: compute.measured_until_ns,
                 real_share: None,
+                compute_held: false,
                 throttled_ns: compute.throttled_ns,
                 preemptions: compute.preemptions,
             }

@@ -107,6 +107,10 @@ pub struct ContainerDevice {
     /// it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub real_share: Option<f64>,
+    /// Held by the daemon until what it ran past its grant is paid back (the watchdog's
+    /// verdict, enforced through the limits file).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub compute_held: bool,
     /// Time its launches waited for tokens, in nanoseconds.
     pub throttled_ns: u64,
     /// How often online work preempted it.

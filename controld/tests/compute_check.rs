@@ -1,7 +1,9 @@
-//! The daemon's own measure of compute: a container whose processes rewrite its region's
-//! compute words every millisecond (mode and the header's limited bits: its launches are no
-//! longer gated) runs past its share on simgpu's engine, and status names it with NVML's
-//! figure against its grant, while an honest neighbour with the same policy is not named.
+//! What a container writes gains it nothing on compute: one whose processes rewrite its
+//! region's compute words every millisecond (mode and the header's limited bits, its
+//! bucket, its block, false busy spans) keeps its share on simgpu's engine, since its
+//! library obeys the daemon's copy in the limits file, and is named in status; its
+//! neighbour keeps what is left and is never named. An offline container that clears its
+//! block stays blocked while online work runs.
 
 mod support;
 
@@ -54,13 +56,37 @@ fn unlimit_in_a_loop(
     })
 }
 
+/// Each process's share of engine 0 between two `simgpu stat` samples.
+fn engine_shares(node: &Node, pids: &[u32], window: Duration) -> Vec<f64> {
+    let busy = |stat: &serde_json::Value| -> Vec<u64> {
+        pids.iter()
+            .map(|&pid| {
+                tessera_tests::stat_process(stat, pid)
+                    .and_then(|p| p.pointer("/devices/0/busy_ns"))
+                    .and_then(serde_json::Value::as_u64)
+                    .unwrap_or(0)
+            })
+            .collect()
+    };
+    let stat0 = node.sim.stat();
+    std::thread::sleep(window);
+    let stat1 = node.sim.stat();
+    let taken = (tessera_tests::json_u64(&stat1, "/taken_ns")
+        - tessera_tests::json_u64(&stat0, "/taken_ns")) as f64;
+    busy(&stat0)
+        .iter()
+        .zip(busy(&stat1))
+        .map(|(a, b)| (b - a) as f64 / taken)
+        .collect()
+}
+
 #[test]
-fn a_container_running_past_its_grant_is_named_with_nvmls_figure() {
+fn a_container_rewriting_its_compute_words_keeps_its_share_and_is_named() {
     let _serial = tessera_tests::timing_lock();
     let mut node = Node::new("compute-check");
     let config = node.write_config(&gpu0_containers(&[
         ("rogue", "fixed:30"),
-        ("fair", "fixed:30"),
+        ("fair", "burst:70"),
     ]));
     node.start(Some(&config));
     let stop = Arc::new(AtomicBool::new(false));
@@ -73,47 +99,107 @@ fn a_container_running_past_its_grant_is_named_with_nvmls_figure() {
             Running::spawn_captured(&mut cmd, &format!("gpuload train in {name}"))
         })
         .collect();
+    let pids: Vec<u32> = trainers.iter().map(Running::pid).collect();
+    // Named within seconds: the words it rewrote that the daemon found and put back.
     let started = Instant::now();
-    let mut seen = (None, None);
-    while started.elapsed() < Duration::from_secs(30) {
+    let named = loop {
         let status = node.status();
-        let device = |name: &str| container(&status, name).unwrap()["devices"][0].clone();
-        let named = |name: &str| {
-            container(&status, name).unwrap()["problems"]
-                .to_string()
-                .contains("by NVML")
-        };
-        let (rogue, fair) = (device("rogue"), device("fair"));
-        if let (Some(r), Some(f)) = (rogue["real_share"].as_f64(), fair["real_share"].as_f64()) {
-            seen = (Some((r, named("rogue"))), Some((f, named("fair"))));
-            if named("rogue") {
-                break;
-            }
+        let problems = container(&status, "rogue").unwrap()["problems"].to_string();
+        if problems.contains("rewritten in its region") {
+            break Some(status);
         }
-        std::thread::sleep(Duration::from_millis(200));
-    }
+        if started.elapsed() > Duration::from_secs(30) {
+            eprintln!("{problems}");
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let shares = engine_shares(&node, &pids, Duration::from_secs(4));
+    let status = node.status();
     stop.store(true, Ordering::Relaxed);
     tamper.join().unwrap();
     for t in &mut trainers {
         t.kill();
     }
     eprintln!(
-        "rogue (share by NVML, named): {:?}, fair: {:?}",
-        seen.0, seen.1
+        "rogue (fixed:30, rewriting its words) {:.1} %, fair (burst:70) {:.1} % of the engine",
+        shares[0] * 100.0,
+        shares[1] * 100.0
     );
-    let (rogue, fair) = (
-        seen.0.expect("no NVML share"),
-        seen.1.expect("no NVML share"),
+    named.expect("the rogue container was never named");
+    let fair = container(&status, "fair").unwrap();
+    assert!(fair["problems"].as_array().unwrap().is_empty(), "{fair}");
+    // Held to its grant (the release figures, 30 ± 3 and ≥ 67 %, are the scenario runner's;
+    // a busy debug build is held within 5 points). Where its words were obeyed, it took
+    // 48 % and left its neighbour 47 %.
+    assert!(
+        (shares[0] - 0.30).abs() <= 0.05,
+        "rogue got {:.1} % of the engine",
+        shares[0] * 100.0
     );
     assert!(
-        rogue.1,
-        "the rogue container was not named ({:.0} % by NVML)",
-        rogue.0 * 100.0
+        shares[1] >= 0.62,
+        "fair got {:.1} % of the engine",
+        shares[1] * 100.0
     );
-    assert!(rogue.0 > 0.40, "rogue by NVML: {:.0} %", rogue.0 * 100.0);
-    assert!(
-        !fair.1,
-        "the honest neighbour was named ({:.0} % by NVML)",
-        fair.0 * 100.0
+}
+
+/// Every millisecond until `stop`, clears GPU 0's block in the region at `path`, says the
+/// container is online and fills its bucket: what an offline container's processes can
+/// write.
+fn unblock_in_a_loop(
+    path: std::path::PathBuf,
+    stop: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let region = tessera_region::Region::open(&path).unwrap();
+        let account = region.compute(0);
+        while !stop.load(Ordering::Relaxed) {
+            account.blocked.store(0, Ordering::SeqCst);
+            account.bucket_ns.store(10_000_000_000, Ordering::SeqCst);
+            account
+                .priority
+                .store(tessera_region::layout::PRIORITY_ONLINE, Ordering::SeqCst);
+            account.wake_gate();
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    })
+}
+
+#[test]
+fn an_offline_container_that_clears_its_block_stays_blocked() {
+    let _serial = tessera_tests::timing_lock();
+    let mut node = Node::new("compute-block");
+    let config = node.write_config(&format!(
+        "{}[[container]]\nname = \"batch\"\ngpus = [0]\ncompute = \"best-effort\"\npriority = \"offline\"\n",
+        gpu0_containers(&[("svc", "best-effort")])
+    ));
+    node.start(Some(&config));
+    let stop = Arc::new(AtomicBool::new(false));
+    let tamper = unblock_in_a_loop(node.region("batch"), stop.clone());
+    let mut trainers: Vec<Running> = ["svc", "batch"]
+        .iter()
+        .map(|name| {
+            let mut cmd = node.in_container(name, &tessera_tests::artifacts().gpuload);
+            cmd.args(TRAIN);
+            Running::spawn_captured(&mut cmd, &format!("gpuload train in {name}"))
+        })
+        .collect();
+    let pids: Vec<u32> = trainers.iter().map(Running::pid).collect();
+    std::thread::sleep(Duration::from_secs(2));
+    let shares = engine_shares(&node, &pids, Duration::from_secs(3));
+    stop.store(true, Ordering::Relaxed);
+    tamper.join().unwrap();
+    for t in &mut trainers {
+        t.kill();
+    }
+    eprintln!(
+        "online svc {:.1} %, offline batch clearing its block {:.1} % of the engine",
+        shares[0] * 100.0,
+        shares[1] * 100.0
     );
+    // Where its words were obeyed, it ran beside the online work (4 % of the engine on
+    // its bucket, in runs of a millisecond between the daemon's put-backs).
+    assert!(shares[1] <= 0.015, "batch got {:.1} %", shares[1] * 100.0);
+    assert!(shares[0] >= 0.80, "svc got {:.1} %", shares[0] * 100.0);
 }

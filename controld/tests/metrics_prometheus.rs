@@ -40,6 +40,7 @@ fn device(gpu: u32, used: u64, cap: Option<u64>) -> ContainerDevice {
         share_measured: Some(0.295),
         share_measured_until_ns: None,
         real_share: None,
+        compute_held: false,
         throttled_ns: 2_250_000_000,
         preemptions: 4,
     }
@@ -97,6 +98,7 @@ fn node() -> NodeStatus {
                     share_measured: None,
                     share_measured_until_ns: None,
                     real_share: None,
+                    compute_held: false,
                     real_memory_used: None,
                     ..device(0, 1 << 30, Some(1 << 30))
                 }],

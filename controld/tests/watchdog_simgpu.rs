@@ -52,6 +52,7 @@ fn status_of(region: &Region) -> NodeStatus {
                 share_measured: None,
                 share_measured_until_ns: None,
                 real_share: None,
+                compute_held: false,
                 throttled_ns: 0,
                 preemptions: 0,
             }],

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64};
 /// First bytes of every region file.
 pub const MAGIC: [u8; 8] = *b"TESSERA\0";
 /// Version of this layout; bumped whenever a byte moves or changes meaning.
-pub const ABI_VERSION: u32 = 3;
+pub const ABI_VERSION: u32 = 4;
 /// Devices one container can use (one [`DeviceAccount`] each).
 pub const MAX_DEVICES: usize = 16;
 /// Process slots in a region: the most processes of one container that use the GPU at once.
@@ -313,25 +313,49 @@ pub const LIMITS_MAGIC: [u8; 8] = *b"TSRLIMIT";
 /// A container's limits where its processes can only read them: the file `<region>.limits`
 /// beside its region, written by `controld` alone and given to the container read-only (a
 /// read-only mount, or a file mode its processes cannot write). Whatever a process writes
-/// into its region, the library never lets the container's memory pass these caps. A
-/// region without this file (no daemon) is held to the caps in the region alone.
+/// into its region, the library never lets the container's memory pass these caps, never
+/// takes a device for unlimited that the daemon limits, and never launches on a device the
+/// daemon holds, while the daemon's heartbeat here is fresh. A region without this file (no
+/// daemon) is held to the caps in the region alone.
 #[repr(C, align(64))]
 pub struct LimitsLayout {
     /// [`LIMITS_MAGIC`].
     pub magic: [u8; 8],
     /// [`ABI_VERSION`].
     pub abi_version: u32,
+    /// Bit `d` set while the daemon limits device `d`'s compute (its copy of the region
+    /// header's `compute_limited`, which the container can clear).
+    pub compute_limited: AtomicU32,
+    /// When the daemon last ticked, on the node clock (ns of `CLOCK_MONOTONIC`): the
+    /// compute words below are obeyed while it is fresh (within
+    /// [`DAEMON_SILENT_NS`](crate::DAEMON_SILENT_NS)), so a daemon that died holds nobody.
+    pub heartbeat_ns: AtomicU64,
     /// Zero.
-    pub reserved: [u8; 52],
+    pub reserved: [u8; 40],
     /// Per device, the declared memory cap in bytes; [`UNLIMITED`] for none.
     pub memory_caps: [AtomicU64; MAX_DEVICES],
+    /// Per device, the compute mode the daemon set (`COMPUTE_*`), its copy of the region's.
+    pub compute_mode: [AtomicU32; MAX_DEVICES],
+    /// Per device, why the container's launches must wait ([`HOLD_BLOCKED`],
+    /// [`HOLD_OVER_GRANT`]); 0 when they may go.
+    pub compute_hold: [AtomicU32; MAX_DEVICES],
 }
+
+/// [`LimitsLayout::compute_hold`]: offline, while online work runs on the device.
+pub const HOLD_BLOCKED: u32 = 1;
+/// [`LimitsLayout::compute_hold`]: its processes ran past the share it was granted, by the
+/// daemon's own measure, until they have paid it back.
+pub const HOLD_OVER_GRANT: u32 = 2;
 
 /// Size of a limits file.
 pub const LIMITS_SIZE: usize = size_of::<LimitsLayout>();
 
+const _: () = assert!(offset_of!(LimitsLayout, compute_limited) == 12);
+const _: () = assert!(offset_of!(LimitsLayout, heartbeat_ns) == 16);
 const _: () = assert!(offset_of!(LimitsLayout, memory_caps) == 64);
-const _: () = assert!(LIMITS_SIZE == 64 + 8 * MAX_DEVICES);
+const _: () = assert!(offset_of!(LimitsLayout, compute_mode) == 64 + 8 * MAX_DEVICES);
+const _: () = assert!(offset_of!(LimitsLayout, compute_hold) == 64 + 12 * MAX_DEVICES);
+const _: () = assert!(LIMITS_SIZE == 64 + 16 * MAX_DEVICES);
 
 /// Size of the header.
 pub const HEADER_SIZE: usize = size_of::<Header>();
@@ -513,8 +537,12 @@ pub fn describe() -> Vec<FieldLayout> {
         whole!("tessera_limits", LimitsLayout),
         field!("tessera_limits", LimitsLayout, magic),
         field!("tessera_limits", LimitsLayout, abi_version),
+        field!("tessera_limits", LimitsLayout, compute_limited),
+        field!("tessera_limits", LimitsLayout, heartbeat_ns),
         field!("tessera_limits", LimitsLayout, reserved),
         field!("tessera_limits", LimitsLayout, memory_caps),
+        field!("tessera_limits", LimitsLayout, compute_mode),
+        field!("tessera_limits", LimitsLayout, compute_hold),
     ]
 }
 

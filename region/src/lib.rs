@@ -243,6 +243,11 @@ impl Region {
         if a.mode.load(Ordering::Relaxed) != layout::COMPUTE_DAEMON {
             return false;
         }
+        // The region's refill time is the container's to write; the daemon's heartbeat in
+        // the limits file is not.
+        if self.limits.as_ref().is_some_and(|l| l.daemon_alive(now_ns)) {
+            return false;
+        }
         let last = a.last_refill_ns.load(Ordering::Relaxed);
         if last == 0 || now_ns.saturating_sub(last) < DAEMON_SILENT_NS {
             return false;
@@ -261,12 +266,50 @@ impl Region {
         true
     }
 
-    /// The header's `compute_limited`: bit `d` set while device `d`'s compute is limited.
-    /// One load: a launch in a container with no limit anywhere looks no further.
+    /// Bit `d` set while device `d`'s compute is limited, by the region header or by the
+    /// daemon's copy in the limits file (which the container cannot clear). Two loads: a
+    /// launch in a container with no limit anywhere looks no further.
     #[inline]
     pub fn compute_limited(&self) -> u32 {
         // Relaxed: see `set_compute_mode`.
+        let own = self.layout().header.compute_limited.load(Ordering::Relaxed);
+        own | self.limits.as_ref().map_or(0, Limits::compute_limited)
+    }
+
+    /// The region header's own `compute_limited` bits, without the limits file's
+    /// (`controld` compares them with what it set).
+    pub fn header_compute_limited(&self) -> u32 {
+        // Relaxed: see `set_compute_mode`.
         self.layout().header.compute_limited.load(Ordering::Relaxed)
+    }
+
+    /// Whether device `dev`'s launches go through the gate at `now_ns`: its account's mode
+    /// says so, or the daemon's copy does while the daemon is alive.
+    pub fn device_limited(&self, dev: usize, now_ns: u64) -> bool {
+        let Some(a) = self.layout().compute.get(dev) else {
+            return false;
+        };
+        a.is_limited()
+            || self.limits.as_ref().is_some_and(|l| {
+                l.daemon_alive(now_ns) && l.compute_mode(dev) != layout::COMPUTE_UNLIMITED
+            })
+    }
+
+    /// Whether the daemon, alive at `now_ns`, meters device `dev` itself: then its
+    /// processes never refill its bucket, whatever mode the region says.
+    pub fn daemon_meters(&self, dev: usize, now_ns: u64) -> bool {
+        self.limits.as_ref().is_some_and(|l| {
+            l.daemon_alive(now_ns) && l.compute_mode(dev) == layout::COMPUTE_DAEMON
+        })
+    }
+
+    /// Why launches on device `dev` must wait at `now_ns` by the daemon's word in the limits
+    /// file (`HOLD_*` bits; 0 when they may go, or when the daemon is not alive).
+    pub fn compute_hold(&self, dev: usize, now_ns: u64) -> u32 {
+        self.limits
+            .as_ref()
+            .filter(|l| l.daemon_alive(now_ns))
+            .map_or(0, |l| l.compute_hold(dev))
     }
 
     /// The region file; `None` for an anonymous region.

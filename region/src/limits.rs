@@ -4,7 +4,9 @@
 //! this file are `controld`'s alone, and the library holds the container to the lower of
 //! the two.
 
-use crate::layout::{LimitsLayout, ABI_VERSION, LIMITS_MAGIC, LIMITS_SIZE, UNLIMITED};
+use crate::layout::{
+    LimitsLayout, ABI_VERSION, COMPUTE_UNLIMITED, LIMITS_MAGIC, LIMITS_SIZE, UNLIMITED,
+};
 use crate::small_file::{io, Mapped, SharedLayout};
 use crate::RegionError;
 use std::fs::{File, Metadata, OpenOptions};
@@ -12,6 +14,11 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+
+// Relaxed throughout the compute words: each is a single word read afresh at every launch,
+// with nothing published under it; the daemon wakes the region's gate after a change that
+// lets launches go, and a launch racing with a change may take either side, as it may with
+// the region's own words.
 
 /// What the limits file's name adds to its region's.
 pub const LIMITS_SUFFIX: &str = ".limits";
@@ -30,6 +37,12 @@ const MODE: u32 = 0o444;
 
 /// A mapped limits file.
 pub struct Limits(Mapped<LimitsLayout>);
+
+impl std::fmt::Debug for Limits {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Limits").finish_non_exhaustive()
+    }
+}
 
 // SAFETY: the caps are atomics; the header's plain bytes are written by the daemon before
 // it answers for the container, and a library refuses a file whose header is not complete.
@@ -153,6 +166,76 @@ impl Limits {
             // Relaxed: a single word with no data published under it; a reservation
             // racing with a change is judged against either value, as with the region's.
             w.store(cap.unwrap_or(UNLIMITED), Ordering::Relaxed);
+        }
+    }
+
+    /// Bit `d` set while the daemon limits device `d`'s compute.
+    #[inline]
+    pub fn compute_limited(&self) -> u32 {
+        self.layout().compute_limited.load(Ordering::Relaxed)
+    }
+
+    /// Device `dev`'s compute mode as the daemon set it (`COMPUTE_*`); unlimited past the
+    /// last device.
+    pub fn compute_mode(&self, dev: usize) -> u32 {
+        self.layout()
+            .compute_mode
+            .get(dev)
+            .map_or(COMPUTE_UNLIMITED, |m| m.load(Ordering::Relaxed))
+    }
+
+    /// Why launches on device `dev` must wait (`HOLD_*` bits); 0 when they may go.
+    pub fn compute_hold(&self, dev: usize) -> u32 {
+        self.layout()
+            .compute_hold
+            .get(dev)
+            .map_or(0, |h| h.load(Ordering::Relaxed))
+    }
+
+    /// Whether the daemon ticked within [`DAEMON_SILENT_NS`](crate::DAEMON_SILENT_NS) of
+    /// `now_ns`: only then are its compute words obeyed (a dead daemon holds nobody).
+    pub fn daemon_alive(&self, now_ns: u64) -> bool {
+        let beat = self.layout().heartbeat_ns.load(Ordering::Relaxed);
+        beat != 0 && now_ns.saturating_sub(beat) < crate::DAEMON_SILENT_NS
+    }
+
+    /// Sets device `dev`'s compute mode and its `compute_limited` bit (`controld`; ignored
+    /// on a read-only mapping or past the last device).
+    pub fn set_compute_mode(&self, dev: usize, mode: u32) {
+        let (Some(word), true) = (self.layout().compute_mode.get(dev), self.0.writable()) else {
+            return;
+        };
+        word.store(mode, Ordering::Relaxed);
+        let bit = 1u32 << dev;
+        if mode == COMPUTE_UNLIMITED {
+            self.layout()
+                .compute_limited
+                .fetch_and(!bit, Ordering::Relaxed);
+        } else {
+            self.layout()
+                .compute_limited
+                .fetch_or(bit, Ordering::Relaxed);
+        }
+    }
+
+    /// Sets or clears `hold` (a `HOLD_*` bit) on device `dev` (`controld`); returns whether
+    /// the word changed. The caller wakes the region's gate when launches may go again.
+    pub fn set_compute_hold(&self, dev: usize, hold: u32, on: bool) -> bool {
+        let (Some(word), true) = (self.layout().compute_hold.get(dev), self.0.writable()) else {
+            return false;
+        };
+        let before = if on {
+            word.fetch_or(hold, Ordering::Relaxed)
+        } else {
+            word.fetch_and(!hold, Ordering::Relaxed)
+        };
+        (before & hold != 0) != on
+    }
+
+    /// Records a tick of the daemon at `now_ns` (`controld`).
+    pub fn beat(&self, now_ns: u64) {
+        if self.0.writable() {
+            self.layout().heartbeat_ns.store(now_ns, Ordering::Relaxed);
         }
     }
 }

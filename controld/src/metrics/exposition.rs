@@ -335,6 +335,7 @@ mod tests {
                     share_measured: Some(0.25),
                     share_measured_until_ns: None,
                     real_share: None,
+                    compute_held: false,
                     throttled_ns: 1_500_000_000,
                     preemptions: 7,
                 }],

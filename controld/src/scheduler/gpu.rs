@@ -10,10 +10,10 @@ use std::sync::Arc;
 use std::time::Duration;
 use tessera_region::layout::{
     ComputeAccount, COMPUTE_DAEMON, COMPUTE_LOCAL, COMPUTE_UNLIMITED, DEFAULT_WINDOW_NS,
-    PRIORITY_OFFLINE, PRIORITY_ONLINE,
+    HOLD_BLOCKED, HOLD_OVER_GRANT, PRIORITY_OFFLINE, PRIORITY_ONLINE,
 };
 use tessera_region::slicing::Slicing;
-use tessera_region::{monotonic_ns, Board, BusySpan, Region, MAX_DEVICES};
+use tessera_region::{monotonic_ns, Board, BusySpan, MAX_DEVICES};
 
 /// Busy time is settled once it is this old: by then every harvest that could add a span
 /// overlapping it has (the library harvests at least every millisecond while it has work
@@ -252,13 +252,16 @@ impl Entry {
     /// raised since the last refill is put back where the daemon left it, less what the
     /// container was charged since (`measured_ns`'s rise); and what it was charged is the
     /// most a refund may give back. Returns the refund allowed of `refund_ns`.
-    fn hold_to_record(&mut self, a: &ComputeAccount, refund_ns: u64) -> u64 {
-        // Relaxed: see `store_if_changed`. In local mode (the daemon was silent and the
-        // processes took over, refilling themselves) the record starts again.
-        let Some((left, measured)) = self
-            .left_ns
-            .filter(|_| a.mode.load(Ordering::Relaxed) == COMPUTE_DAEMON)
-        else {
+    fn hold_to_record(&mut self, gpu: usize, a: &ComputeAccount, refund_ns: u64) -> u64 {
+        // In local mode (the daemon was silent and the processes took over, refilling
+        // themselves) the record starts again. The mode is the daemon's own copy where there
+        // is one: the region's is the container's to rewrite, and must not switch this
+        // check off. Relaxed: see `store_if_changed`.
+        let mode = match &self.member.limits {
+            Some(limits) => limits.compute_mode(gpu),
+            None => a.mode.load(Ordering::Relaxed),
+        };
+        let Some((left, measured)) = self.left_ns.filter(|_| mode == COMPUTE_DAEMON) else {
             self.left_ns = None;
             let refund = refund_ns.min(self.refundable_ns);
             self.refundable_ns -= refund;
@@ -395,7 +398,12 @@ pub(super) fn has_work(m: &Member, gpu: usize) -> bool {
 /// blocked: stamps `blocked_at_ns`, counts a preemption and wakes the launches sleeping in
 /// the gate (so that one waiting for room in its window sees the block at once). The store
 /// comes first; the bookkeeping after it costs the preemption nothing.
-pub(super) fn block(a: &ComputeAccount) {
+pub(super) fn block(m: &Member, gpu: usize) {
+    let a = m.region.compute(gpu);
+    // The daemon's own word first: it stands whatever the container writes into `blocked`.
+    if let Some(limits) = &m.limits {
+        limits.set_compute_hold(gpu, HOLD_BLOCKED, true);
+    }
     // SeqCst (both): the library loads `blocked` before every launch; sequential
     // consistency keeps this store ordered with the active words the deciding thread just
     // read. The load first keeps an unchanged word's cache line unwritten.
@@ -412,15 +420,30 @@ pub(super) fn block(a: &ComputeAccount) {
 /// sleeping in the gate. Where online containers share the GPU only the preemption thread
 /// lifts blocks, and it reads the online words again afterwards and blocks again if online
 /// work came meanwhile.
-pub(super) fn unblock(a: &ComputeAccount) {
+pub(super) fn unblock(m: &Member, gpu: usize) {
+    let a = m.region.compute(gpu);
+    let held = m
+        .limits
+        .as_ref()
+        .is_some_and(|l| l.set_compute_hold(gpu, HOLD_BLOCKED, false));
     // SeqCst (both): the refiller's "change the block, then wake" of the gate protocol
     // (`ComputeAccount::wake_gate`). The load first: see `block`.
-    if a.blocked.load(Ordering::SeqCst) != 0 && a.blocked.swap(0, Ordering::SeqCst) != 0 {
+    let blocked = a.blocked.load(Ordering::SeqCst) != 0 && a.blocked.swap(0, Ordering::SeqCst) != 0;
+    if blocked || held {
         // Relaxed: a timestamp for the scenario runner; cleared after the unblock so that
         // the next block's first sighting records afresh.
         a.blocked_seen_ns.store(0, Ordering::Relaxed);
         a.wake_gate();
     }
+}
+
+/// Whether a container is blocked on `gpu`, by its region's word or the daemon's own.
+pub(super) fn is_blocked(m: &Member, gpu: usize) -> bool {
+    // SeqCst: part of the unblock decision; `unblock` loads the word again anyway.
+    m.region.compute(gpu).blocked.load(Ordering::SeqCst) != 0
+        || m.limits
+            .as_ref()
+            .is_some_and(|l| l.compute_hold(gpu) & HOLD_BLOCKED != 0)
 }
 
 /// Stores `value` in `word` unless it holds it already (keeps the cache line the library
@@ -434,12 +457,30 @@ fn store_if_changed(word: &std::sync::atomic::AtomicU32, value: u32) {
 }
 
 /// Sets a device's mode through the region (which keeps the header's summary bit in step
-/// and wakes the gate) when it or the summary bit differs.
-fn set_mode(region: &Region, gpu: usize, mode: u32) {
+/// and wakes the gate) when it or the summary bit differs, and the daemon's copy in the
+/// limits file, which the library obeys whatever the region says.
+fn set_mode(m: &Member, gpu: usize, mode: u32) {
+    let limited = mode != COMPUTE_UNLIMITED;
+    // Whether the daemon's copy says this already: then a region that differs was changed
+    // by the container.
+    let mut had = false;
+    if let Some(limits) = &m.limits {
+        had = limits.compute_mode(gpu) == mode
+            && (limits.compute_limited() & (1 << gpu) != 0) == limited;
+        if !had {
+            limits.set_compute_mode(gpu, mode);
+        }
+    }
+    let region = &m.region;
     // Relaxed: see `store_if_changed`.
     let current = region.compute(gpu).mode.load(Ordering::Relaxed);
-    let bit = region.compute_limited() & (1 << gpu) != 0;
-    if current != mode || bit != (mode != COMPUTE_UNLIMITED) {
+    let bit = region.header_compute_limited() & (1 << gpu) != 0;
+    if current != mode || bit != limited {
+        // The library's own take-over (local mode, the daemon silent) is no tampering;
+        // a device made unlimited, or its summary bit cleared, is.
+        if had && (current == COMPUTE_UNLIMITED || !bit) {
+            m.note_tampering(Tampering::COMPUTE_WORDS);
+        }
         region.set_compute_mode(gpu, mode);
     }
 }
@@ -456,8 +497,8 @@ fn shared_window_ns(priority: Priority) -> u64 {
 /// its launches go through the gate and its in-flight window holds from its first launch,
 /// even while no other container shares the GPU and its rate is the whole GPU), its
 /// priority, and its window of `window_ns`.
-fn configure(region: &Region, gpu: usize, priority: Priority, window_ns: u64) {
-    let a = region.compute(gpu);
+fn configure(m: &Member, gpu: usize, priority: Priority, window_ns: u64) {
+    let a = m.region.compute(gpu);
     store_if_changed(
         &a.priority,
         match priority {
@@ -471,7 +512,7 @@ fn configure(region: &Region, gpu: usize, priority: Priority, window_ns: u64) {
     if a.window_ns.load(Ordering::Relaxed) != window_ns {
         a.window_ns.store(window_ns, Ordering::Relaxed);
     }
-    set_mode(region, gpu, COMPUTE_DAEMON);
+    set_mode(m, gpu, COMPUTE_DAEMON);
 }
 
 /// Writes a container's limits into its region on each of its GPUs before any of its
@@ -479,8 +520,10 @@ fn configure(region: &Region, gpu: usize, priority: Priority, window_ns: u64) {
 /// it answers): its window, priority and mode, and for a container new to metering, the
 /// credit of its guarantee for the first ticks, so that its first launches find tokens and
 /// none of them runs ungated before the scheduler's first tick sees it.
-pub(super) fn prime(region: &Region, gpus: &[u32], policy: ComputePolicy, priority: Priority) {
-    for gpu in gpus
+pub(super) fn prime(m: &Member) {
+    let (region, policy, priority) = (&m.region, m.policy, m.priority);
+    for gpu in m
+        .gpus
         .iter()
         .map(|&g| g as usize)
         .filter(|&g| g < MAX_DEVICES)
@@ -488,7 +531,7 @@ pub(super) fn prime(region: &Region, gpus: &[u32], policy: ComputePolicy, priori
         let a = region.compute(gpu);
         // Relaxed: a setting of the daemon's own.
         let fresh = a.mode.load(Ordering::Relaxed) != COMPUTE_DAEMON;
-        configure(region, gpu, priority, shared_window_ns(priority));
+        configure(m, gpu, priority, shared_window_ns(priority));
         if fresh {
             let ppm = policy.guarantee().min(100) * (rates::WHOLE_PPM / 100);
             store_if_changed(&a.share_target_ppm, ppm);
@@ -504,8 +547,13 @@ pub(super) fn prime(region: &Region, gpus: &[u32], policy: ComputePolicy, priori
 /// Leaves a container's device to its own processes when the scheduler stops: a metered
 /// one goes to LOCAL mode at `share_ppm` (its processes refill the bucket themselves, so
 /// the last limits stay in force), and any block is lifted.
-pub(super) fn hand_over(region: &Region, gpu: usize, share_ppm: u32) {
-    let a = region.compute(gpu);
+pub(super) fn hand_over(m: &Member, gpu: usize, share_ppm: u32) {
+    let (region, a) = (&m.region, m.region.compute(gpu));
+    if let Some(limits) = &m.limits {
+        // Its processes take over; nothing of the daemon's holds them any more.
+        limits.set_compute_mode(gpu, COMPUTE_LOCAL);
+        limits.set_compute_hold(gpu, HOLD_OVER_GRANT, false);
+    }
     // Relaxed: see `store_if_changed`.
     if a.mode.load(Ordering::Relaxed) == COMPUTE_DAEMON {
         // Relaxed (both): read by the processes' next refill, which the mode change below
@@ -514,7 +562,7 @@ pub(super) fn hand_over(region: &Region, gpu: usize, share_ppm: u32) {
         a.last_refill_ns.store(monotonic_ns(), Ordering::Relaxed);
         region.set_compute_mode(gpu, COMPUTE_LOCAL);
     }
-    unblock(a);
+    unblock(m, gpu);
 }
 
 impl GpuScheduler {
@@ -526,6 +574,12 @@ impl GpuScheduler {
             last => now.saturating_sub(last).min(MAX_STEP_NS),
         };
         self.last_tick_ns = now;
+        // The daemon is alive: its words in the limits files stand.
+        for e in &self.entries {
+            if let Some(limits) = &e.member.limits {
+                limits.beat(now);
+            }
+        }
         let refunds = self.settle(now);
         let gpu = self.gpu;
         for e in &mut self.entries {
@@ -554,9 +608,9 @@ impl GpuScheduler {
             .any(|e| e.member.priority == Priority::Online);
         for (e, d) in self.entries.iter().zip(&decisions) {
             if d.blocked {
-                block(e.account(gpu));
+                block(&e.member, gpu);
             } else if !online_here {
-                unblock(e.account(gpu));
+                unblock(&e.member, gpu);
             }
         }
 
@@ -655,7 +709,7 @@ impl GpuScheduler {
             } else {
                 e.idle_ticks.saturating_add(1)
             };
-            let refund = e.hold_to_record(a, refund);
+            let refund = e.hold_to_record(gpu, a, refund);
             store_if_changed(&a.local_share_ppm, keep.share_ppm);
             // An online container is alone when no other online container works (offline
             // work gives way to it anyway); an offline one keeps its small window wherever
@@ -669,7 +723,7 @@ impl GpuScheduler {
             } else {
                 shared_window_ns(e.member.priority)
             };
-            configure(&e.member.region, gpu, e.member.priority, window_ns);
+            configure(&e.member, gpu, e.member.priority, window_ns);
             if e.member.region.timeslice_us() != e.member.timeslice_us {
                 e.member.region.set_timeslice_us(e.member.timeslice_us);
                 e.member.note_tampering(Tampering::TIMESLICE);
@@ -724,7 +778,7 @@ impl GpuScheduler {
             let member = e.member.clone();
             let a = member.region.compute(gpu);
             // As at a tick: a bucket it raised meanwhile is put back first.
-            e.hold_to_record(a, 0);
+            e.hold_to_record(gpu, a, 0);
             // Relaxed: see `hold_to_record`.
             let measured = a.measured_ns.load(Ordering::Relaxed);
             let accruing = if h.decision.blocked {
@@ -848,7 +902,7 @@ impl GpuScheduler {
             .iter()
             .zip(rates::decide(&self.everyone_working()))
         {
-            hand_over(&e.member.region, self.gpu, d.share_ppm);
+            hand_over(&e.member, self.gpu, d.share_ppm);
         }
     }
 }

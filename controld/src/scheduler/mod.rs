@@ -39,6 +39,9 @@ pub struct Member {
     pub name: String,
     /// Its region.
     pub region: Arc<Region>,
+    /// Its limits file, where the daemon made one: the words of the daemon's that its
+    /// processes obey whatever they write into the region (mode, holds, the heartbeat).
+    pub limits: Option<Arc<tessera_region::Limits>>,
     /// The GPUs it may use.
     pub gpus: Vec<u32>,
     /// Its compute policy.
@@ -76,6 +79,9 @@ impl Tampering {
     pub const BOARD: Tampering = Tampering(2);
     /// The time slice its region asks changed by a process of its own (put back).
     pub const TIMESLICE: Tampering = Tampering(4);
+    /// Its compute mode, limited bits or block rewritten in its region (put back; the
+    /// library obeys the daemon's copy in the limits file).
+    pub const COMPUTE_WORDS: Tampering = Tampering(8);
 
     /// A line for status per kind in `bits`.
     pub fn describe(bits: u32) -> Vec<&'static str> {
@@ -85,6 +91,9 @@ impl Tampering {
         }
         if bits & Tampering::BOARD.0 != 0 {
             lines.push("its bit on the priority board was set while it had no work (by another online container); cleared");
+        }
+        if bits & Tampering::COMPUTE_WORDS.0 != 0 {
+            lines.push("its compute mode or block was rewritten in its region by a process of its own; put back (its processes obey controld's copy in the limits file)");
         }
         if bits & Tampering::TIMESLICE.0 != 0 {
             lines.push("the GPU time slice its region asks was changed by a process of its own; put back (its processes, which own their channel groups, can still set another on them)");
@@ -98,6 +107,7 @@ impl Member {
     pub fn new(
         name: String,
         region: Arc<Region>,
+        limits: Option<Arc<tessera_region::Limits>>,
         gpus: Vec<u32>,
         policy: ComputePolicy,
         priority: Priority,
@@ -106,6 +116,7 @@ impl Member {
         Member {
             name,
             region,
+            limits,
             gpus: gpus
                 .into_iter()
                 .filter(|&g| (g as usize) < MAX_DEVICES)
@@ -166,6 +177,11 @@ impl Member {
             && self.policy == other.policy
             && self.priority == other.priority
             && self.timeslice_us == other.timeslice_us
+            && match (&self.limits, &other.limits) {
+                (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                (None, None) => true,
+                _ => false,
+            }
     }
 
     fn is_stale(&self) -> bool {
@@ -201,7 +217,7 @@ impl Roster {
                     .unwrap_or_else(|| {
                         // New or changed: its limits are in its region before this returns,
                         // so before the daemon answers whoever asked for it.
-                        gpu::prime(&m.region, &m.gpus, m.policy, m.priority);
+                        gpu::prime(&m);
                         m.region.set_timeslice_us(m.timeslice_us);
                         Arc::new(m)
                     })

@@ -10,7 +10,7 @@
 //! of this process's own that is waited on too. Where `futex_waitv` is missing (Linux
 //! before 5.16, or forbidden) the thread polls every [`POLL`].
 
-use super::gpu::{block, has_work, unblock};
+use super::gpu::{block, has_work, is_blocked, unblock};
 use super::{Member, Shared};
 use crate::policy::Priority;
 use std::sync::atomic::Ordering;
@@ -88,15 +88,15 @@ pub(super) fn run(shared: &Shared) {
             // online words again afterwards, blocking again if work came meanwhile.
             if busy {
                 for m in &c.offline {
-                    block(m.region.compute(c.gpu));
+                    block(m, c.gpu);
                 }
             } else if c.offline.iter().any(|m| is_blocked(m, c.gpu)) {
                 for m in &c.offline {
-                    unblock(m.region.compute(c.gpu));
+                    unblock(m, c.gpu);
                 }
                 if c.online.iter().any(|m| has_work(m, c.gpu)) {
                     for m in &c.offline {
-                        block(m.region.compute(c.gpu));
+                        block(m, c.gpu);
                     }
                 }
             }
@@ -150,9 +150,4 @@ fn raise_priority() {
             std::io::Error::last_os_error()
         );
     }
-}
-
-fn is_blocked(m: &Member, gpu: usize) -> bool {
-    // SeqCst: part of the unblock decision; `unblock` loads the word again anyway.
-    m.region.compute(gpu).blocked.load(Ordering::SeqCst) != 0
 }

@@ -13,8 +13,17 @@
 //! samples every sixth of a second or so, and a status asked for in between must not count
 //! the time since as idle); each pass weighs what each process used over the time since
 //! the previous one.
+//!
+//! What a container ran past its grant is its debt: each pass adds what it used over the
+//! pass less what it was granted (the larger of the grants at the pass's two ends: a grant
+//! that just fell was still the grant for part of it) less [`LEAK`], never below zero.
+//! Past [`HOLD_AFTER`] of debt, while it is named, the container is held (`compute_held`:
+//! the daemon stops its launches through the limits file, which its processes cannot
+//! write) until the debt is paid, at its grant, while it runs nothing: over time it gets
+//! its grant, whatever it writes. An honest container's use stays at its grant, below it
+//! by the leak, and is never named.
 
-use super::nvml::Nvml;
+use super::nvml::EngineUse;
 use crate::status::NodeStatus;
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
@@ -24,6 +33,10 @@ const WINDOW: Duration = Duration::from_secs(1);
 /// How far above its granted share a container may run by NVML before it is flagged: the
 /// gate's own error and a driver's sampling stay well inside it.
 pub const MARGIN: f64 = 0.10;
+/// How much of the GPU's time per second the debt forgives: the gate's own error.
+const LEAK: f64 = 0.02;
+/// The debt, in seconds of GPU time, past which a container is held.
+const HOLD_AFTER: f64 = 0.15;
 
 /// The check's memory between passes.
 #[derive(Debug, Default)]
@@ -40,29 +53,46 @@ struct Track {
     passes: VecDeque<(f64, f64, f64)>,
     /// Over its share at the last pass (so the log says it once per episode).
     over: bool,
+    /// GPU time it ran past its grant and has not paid back, in seconds.
+    debt: f64,
+    /// Held until the debt is paid.
+    held: bool,
+    /// The grant at the last pass.
+    granted: Option<f64>,
 }
 
 impl ComputeCheck {
-    /// Counts a pass on every GPU of `status` and judges the containers on it; `mapping`
-    /// holds each container's host pids (in `status.containers`' order).
-    pub(super) fn observe(&mut self, nvml: &Nvml, status: &mut NodeStatus, mapping: &[Vec<u32>]) {
-        let now = Instant::now();
+    /// Counts a pass at `now` on every GPU of `status` and judges the containers on it:
+    /// `engine_use(gpu, since_us)` is what NVML says each process used of a GPU since a
+    /// stamp; `mapping` holds each container's host pids (in `status.containers`' order).
+    pub(super) fn observe(
+        &mut self,
+        now: Instant,
+        engine_use: impl Fn(u32, u64) -> Option<EngineUse>,
+        status: &mut NodeStatus,
+        mapping: &[Vec<u32>],
+    ) {
         let gpus: Vec<u32> = status.gpus.iter().map(|g| g.index).collect();
         for gpu in gpus {
             let Some(&(at, since)) = self.last.get(&gpu) else {
-                if let Some(first) = nvml.engine_use(gpu, 0) {
+                if let Some(first) = engine_use(gpu, 0) {
                     self.last.insert(gpu, (now, first.latest_us));
                 }
                 continue;
             };
-            let Some(used) = nvml.engine_use(gpu, since) else {
+            let Some(mut used) = engine_use(gpu, since) else {
                 continue;
             };
             if used.latest_us <= since {
-                // No newer sample: the time since counts at the next pass that has one.
-                continue;
+                // No newer sample: the time since counts at the next pass that has one,
+                // unless a whole window has gone by without one, when nobody ran anything
+                // (a held container must be seen paying its debt).
+                if now.duration_since(at) < WINDOW {
+                    continue;
+                }
+                used.processes.clear();
             }
-            self.last.insert(gpu, (now, used.latest_us));
+            self.last.insert(gpu, (now, used.latest_us.max(since)));
             let seconds = now.duration_since(at).as_secs_f64();
             for (container, pids) in status.containers.iter_mut().zip(mapping) {
                 let Some(device) = container.devices.iter_mut().find(|d| d.gpu == gpu) else {
@@ -80,6 +110,21 @@ impl ComputeCheck {
                     .tracks
                     .entry((container.name.clone(), gpu))
                     .or_default();
+                let allowed = track.granted.map_or(granted, |g| g.max(granted));
+                track.granted = Some(granted);
+                track.debt = (track.debt + (share - allowed - LEAK) * seconds).max(0.0);
+                // Held only while it is also named (over its grant by the margin over the
+                // window): a debt alone can be a driver's sampling of long kernels.
+                if track.debt > HOLD_AFTER && track.over && !track.held {
+                    track.held = true;
+                    tracing::warn!(
+                        "container {}: held on GPU {gpu}: it ran {:.0} ms past its grant",
+                        container.name,
+                        track.debt * 1000.0
+                    );
+                } else if track.held && track.debt <= 0.0 {
+                    track.held = false;
+                }
                 track
                     .passes
                     .push_back((seconds, share * seconds, granted * seconds));
@@ -103,6 +148,7 @@ impl ComputeCheck {
                 let Some(track) = self.tracks.get_mut(&(container.name.clone(), device.gpu)) else {
                     continue;
                 };
+                device.compute_held = track.held;
                 let (seconds, used, granted) = track
                     .passes
                     .iter()
@@ -129,6 +175,138 @@ impl ComputeCheck {
                 track.over = over;
             }
             container.problems.extend(lines);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::status::GpuStatus;
+
+    /// A node with one GPU and containers `(name, granted share)` on it, pid `i + 1` each.
+    fn node(containers: &[(&str, f64)]) -> (NodeStatus, Vec<Vec<u32>>) {
+        let containers: Vec<serde_json::Value> = containers
+            .iter()
+            .map(|(name, granted)| {
+                serde_json::json!({
+                    "name": name, "compute": "fixed:30", "priority": "online",
+                    "region": format!("/nonexistent/{name}.region"),
+                    "devices": [{"gpu": 0, "memory_used": 0, "memory_cap": null,
+                                 "real_memory_used": null, "share_target": granted,
+                                 "share_measured": null, "throttled_ns": 0,
+                                 "preemptions": 0}],
+                    "processes": [], "problems": [],
+                })
+            })
+            .collect();
+        let mapping = (1..=containers.len() as u32).map(|pid| vec![pid]).collect();
+        let status = NodeStatus {
+            gpus: vec![GpuStatus {
+                index: 0,
+                name: "Simulated".into(),
+                uuid: "GPU-0".into(),
+                memory_total: 0,
+                memory_used: 0,
+                utilization_percent: None,
+            }],
+            containers: serde_json::from_value(serde_json::Value::Array(containers)).unwrap(),
+            ..NodeStatus::default()
+        };
+        (status, mapping)
+    }
+
+    /// Runs `passes` passes 250 ms apart in which pid `i + 1` used `used(held)[i]` of the
+    /// engine, `held` being whether each container was held after the pass before; returns
+    /// the held flags after each pass.
+    fn run(
+        grants: &[(&str, f64)],
+        mut used: impl FnMut(&[bool]) -> Vec<f64>,
+        passes: usize,
+    ) -> Vec<Vec<bool>> {
+        let mut check = ComputeCheck::default();
+        let start = Instant::now();
+        let mut held: Vec<Vec<bool>> = vec![vec![false; grants.len()]];
+        for pass in 0..=passes {
+            let (mut status, mapping) = node(grants);
+            let shares = used(held.last().unwrap());
+            let engine_use = |_gpu: u32, _since: u64| {
+                Some(EngineUse {
+                    processes: shares
+                        .iter()
+                        .enumerate()
+                        .map(|(i, &s)| (i as u32 + 1, s))
+                        .collect(),
+                    latest_us: 1 + pass as u64,
+                })
+            };
+            let now = start + Duration::from_millis(250 * pass as u64);
+            check.observe(now, engine_use, &mut status, &mapping);
+            held.push(
+                status
+                    .containers
+                    .iter()
+                    .map(|c| c.devices[0].compute_held)
+                    .collect(),
+            );
+        }
+        held.remove(0);
+        held
+    }
+
+    #[test]
+    fn a_container_past_its_grant_is_held_until_it_has_paid_it_back() {
+        // 80 % of the engine on a 30 % grant while it may run, nothing while held.
+        let mut ran = 0.0;
+        let passes = 80;
+        let held = run(
+            &[("rogue", 0.3)],
+            |held| {
+                let share = if held[0] { 0.0 } else { 0.8 };
+                ran += share;
+                vec![share]
+            },
+            passes,
+        );
+        let flags: Vec<bool> = held.iter().map(|p| p[0]).collect();
+        let first = flags.iter().position(|&h| h).expect("never held");
+        // Named first (a window nearly whole), then held.
+        assert!(first >= 3, "held before it was named: {flags:?}");
+        assert!(
+            flags[first..].iter().any(|&h| !h),
+            "never let go: {flags:?}"
+        );
+        // Over the run it gets its grant, and the leak.
+        let share = ran / (passes + 1) as f64;
+        assert!((share - 0.32).abs() < 0.05, "{share}: {flags:?}");
+    }
+
+    #[test]
+    fn an_honest_container_or_a_falling_grant_is_never_held() {
+        let held = run(&[("honest", 0.3), ("burst", 1.0)], |_| vec![0.31, 0.69], 40);
+        assert!(held.iter().all(|p| !p[0] && !p[1]), "{held:?}");
+        // A grant that falls from 100 % to 30 % between two passes: the pass before used
+        // the old grant.
+        let mut check = ComputeCheck::default();
+        let start = Instant::now();
+        for (pass, (granted, used)) in [(1.0, 1.0), (1.0, 1.0), (0.3, 1.0), (0.3, 0.3), (0.3, 0.3)]
+            .into_iter()
+            .enumerate()
+        {
+            let (mut status, mapping) = node(&[("burst", granted)]);
+            let engine_use = |_: u32, _: u64| {
+                Some(EngineUse {
+                    processes: vec![(1, used)],
+                    latest_us: 1 + pass as u64,
+                })
+            };
+            check.observe(
+                start + Duration::from_millis(250 * pass as u64),
+                engine_use,
+                &mut status,
+                &mapping,
+            );
+            assert!(!status.containers[0].devices[0].compute_held, "pass {pass}");
         }
     }
 }

@@ -19,7 +19,7 @@ mod compute;
 mod nvml;
 mod procfs;
 
-pub use nvml::{GpuSample, Nvml, NvmlError, LIBRARY};
+pub use nvml::{EngineUse, GpuSample, Nvml, NvmlError, LIBRARY};
 
 use crate::status::{GpuStatus, NodeStatus, UnmanagedProcess};
 use procfs::{FileId, ProcessMaps};
@@ -247,7 +247,12 @@ impl Watchdog {
             let over = judge(status, &gpus, &mapping, self.slack);
             self.enforce(status, over);
             if let Some(nvml) = &self.nvml {
-                self.compute.observe(nvml, status, &mapping);
+                self.compute.observe(
+                    Instant::now(),
+                    |gpu, since| nvml.engine_use(gpu, since),
+                    status,
+                    &mapping,
+                );
             }
         }
         for container in &mut status.containers {
@@ -463,6 +468,7 @@ mod tests {
                 share_measured: None,
                 share_measured_until_ns: None,
                 real_share: None,
+                compute_held: false,
                 throttled_ns: 0,
                 preemptions: 0,
             }],

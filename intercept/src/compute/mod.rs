@@ -119,17 +119,21 @@ fn wait_for_admission(
     raise_active(region, acct, device);
     let mut waiting_since = None;
     let admitted = loop {
-        if !acct.is_limited() {
+        let now = monotonic_ns();
+        // By the region's mode, or the daemon's copy of it, which the container cannot
+        // change.
+        if !region.device_limited(device, now) {
             break None;
         }
-        let now = monotonic_ns();
         if region.take_over_if_daemon_silent(device, now) {
             crate::tlog!(
                 warn,
                 "controld has not refilled device {device} for 100 ms; its processes keep its last share themselves until a daemon adopts the region"
             );
         }
-        acct.refill_local(now);
+        if !region.daemon_meters(device, now) {
+            acct.refill_local(now);
+        }
         if waiting_since.is_none() {
             measure::harvest(region, Harvest::Due, false);
             match try_admit(region, acct, device, key, ctx, work, alone) {
@@ -231,9 +235,13 @@ fn try_admit(
     work: Work,
     alone: bool,
 ) -> Result<Admission, Refusal> {
-    // SeqCst: part of the sleep protocol (checked after `gate` is loaded).
-    if acct.blocked.load(Ordering::SeqCst) != 0 || board::online_elsewhere(acct, device) {
-        let now = monotonic_ns();
+    let now = monotonic_ns();
+    // SeqCst: part of the sleep protocol (checked after `gate` is loaded). The daemon's
+    // hold, in the limits file, stands whatever the region's `blocked` word says.
+    if acct.blocked.load(Ordering::SeqCst) != 0
+        || board::online_elsewhere(acct, device)
+        || region.compute_hold(device, now) != 0
+    {
         // Relaxed: a timestamp for statistics; only the first finder after an unblock
         // writes it (the daemon sets it back to 0 when it lifts the block).
         let _ = acct
@@ -241,7 +249,7 @@ fn try_admit(
             .compare_exchange(0, now, Ordering::Relaxed, Ordering::Relaxed);
         return Err(Refusal::Blocked);
     }
-    let no_credit = !acct.has_credit(monotonic_ns());
+    let no_credit = !acct.has_credit(now);
     let local = measure::is_local(acct);
     let admission = measure::enter(
         region, acct, device, key, ctx, work, alone, local, no_credit,
@@ -256,7 +264,10 @@ fn try_admit(
     // total order, so anyone who reads the count after seeing the block sees this launch
     // among those admitted before it.
     acct.launches.fetch_add(1, Ordering::SeqCst);
-    if acct.blocked.load(Ordering::SeqCst) != 0 || board::online_elsewhere(acct, device) {
+    if acct.blocked.load(Ordering::SeqCst) != 0
+        || board::online_elsewhere(acct, device)
+        || region.compute_hold(device, now) != 0
+    {
         // Relaxed: taking back the count just taken.
         acct.launches.fetch_sub(1, Ordering::Relaxed);
         measure::leave(region, admission);
