@@ -200,6 +200,7 @@ struct tessera_limits {
     uint64_t memory_caps[TESSERA_MAX_DEVICES]; /* atomic: declared caps; TESSERA_UNLIMITED none */
     uint32_t compute_mode[TESSERA_MAX_DEVICES]; /* atomic: TESSERA_COMPUTE_* per device */
     uint32_t compute_hold[TESSERA_MAX_DEVICES]; /* atomic: TESSERA_HOLD_* bits; 0 may launch */
+    uint64_t board_ignore[TESSERA_MAX_DEVICES]; /* atomic: board bits an offline library ignores */
 };
 
 #define TESSERA_REGION_SIZE \
@@ -214,7 +215,7 @@ _Static_assert(sizeof(struct tessera_compute_account) == 192 + 8 * TESSERA_SPAN_
 _Static_assert(sizeof(struct tessera_process_entry) == 192, "three cache lines");
 _Static_assert(sizeof(struct tessera_region) == TESSERA_REGION_SIZE, "region size");
 _Static_assert(sizeof(struct tessera_board) == 64 + 8 * TESSERA_MAX_DEVICES, "board size");
-_Static_assert(sizeof(struct tessera_limits) == 64 + 16 * TESSERA_MAX_DEVICES, "limits size");
+_Static_assert(sizeof(struct tessera_limits) == 64 + 24 * TESSERA_MAX_DEVICES, "limits size");
 #endif
 
 #endif /* TESSERA_H */

@@ -267,7 +267,7 @@ impl Daemon {
                         // Relaxed: a flag with no data behind it.
                         while !s.load(Ordering::Relaxed) {
                             let status = c.node_status();
-                            c.with_state(|state| state.hold_over_grant(&status));
+                            c.with_state(|state| state.act_on_watchdog(&status));
                             std::thread::sleep(WATCHDOG_PERIOD);
                         }
                     })

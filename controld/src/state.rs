@@ -10,7 +10,7 @@
 //! declaration is adopted with what its region says, and reported. Everything read from a
 //! region is untrusted: figures are checked and clamped before anyone sees them.
 
-use crate::policy::{ComputePolicy, Timeslice};
+use crate::policy::{ComputePolicy, Priority, Timeslice};
 use crate::scheduler::{Member, Roster};
 use crate::spec::{ContainerName, ContainerSpec, Gpus, MemorySize};
 use crate::status::{ContainerDevice, ContainerProcess, ContainerStatus, NodeStatus};
@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tessera_region::units::format_timeslice_us;
 use tessera_region::{
     limits_path, Limits, Region, RegionError, RegionInit, TimesliceOutcome, MAX_DEVICES,
@@ -1051,10 +1051,33 @@ impl State {
             .collect()
     }
 
-    /// Holds, through their limits files, the containers the watchdog found running past
-    /// their compute grant (`compute_held` in `status`), and lets go of those that paid it
-    /// back.
-    pub fn hold_over_grant(&self, status: &NodeStatus) {
+    /// Acts on what the watchdog found: holds, through their limits files, the containers
+    /// running past their compute grant (`compute_held` in `status`) and lets go of those
+    /// that paid it back; and ignores the claims of work of an online container that has
+    /// claimed work without a break for [`UNTRUE_CLAIM`] while NVML shows it running nothing.
+    pub fn act_on_watchdog(&self, status: &NodeStatus) {
+        let (_, members) = self.roster.snapshot();
+        for c in &status.containers {
+            for member in members.iter().filter(|m| m.name == c.name) {
+                for device in &c.devices {
+                    let Some(real) = device.real_share else {
+                        continue;
+                    };
+                    let gpu = device.gpu as usize;
+                    // Only an online container's claims stop anyone; an offline one claims
+                    // work it cannot do while it is held, which is no lie.
+                    let untrue = member.priority == Priority::Online
+                        && real < IDLE_SHARE
+                        && member.claiming_for(gpu) >= UNTRUE_CLAIM;
+                    if member.ignore_claims(gpu, untrue) && untrue {
+                        tracing::warn!(
+                            "container {}: claims work on GPU {gpu} that NVML shows it does not do; its claims and its board bit are ignored until it runs something",
+                            c.name
+                        );
+                    }
+                }
+            }
+        }
         for c in &status.containers {
             let Some(m) = self.containers.get(&c.name) else {
                 continue;
@@ -1100,6 +1123,14 @@ impl State {
                 let tampering = mine
                     .iter()
                     .fold(0, |bits, member| bits | member.tampering());
+                for device in &status.devices {
+                    if mine.iter().any(|m| m.claims_ignored(device.gpu as usize)) {
+                        status.problems.push(format!(
+                            "it claims work on GPU {} that NVML shows it does not do: its claims and its board bit are ignored until it runs something",
+                            device.gpu
+                        ));
+                    }
+                }
                 // The share granted as the daemon knows it, not as the region says.
                 for device in &mut status.devices {
                     if let Some(granted) = mine.iter().find_map(|m| m.granted(device.gpu as usize))
@@ -1127,6 +1158,13 @@ impl State {
         }
     }
 }
+
+/// A share of a GPU below which NVML shows a container running nothing.
+const IDLE_SHARE: f64 = 0.01;
+/// How long a container must claim work without a break, running nothing, before its
+/// claims are ignored: longer than any request of a service, which drops its claim when
+/// nothing is in flight.
+const UNTRUE_CLAIM: Duration = Duration::from_secs(1);
 
 /// What applying a config did.
 #[derive(Debug, Default)]

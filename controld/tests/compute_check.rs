@@ -203,3 +203,74 @@ fn an_offline_container_that_clears_its_block_stays_blocked() {
     assert!(shares[1] <= 0.015, "batch got {:.1} %", shares[1] * 100.0);
     assert!(shares[0] >= 0.80, "svc got {:.1} %", shares[0] * 100.0);
 }
+
+/// Every millisecond until `stop`, has the online container whose region is at `path` claim
+/// work (`active`) and set its bit on the board, running nothing, while the thread holds a
+/// slot of the region (a live process of the container).
+fn claim_in_a_loop(
+    path: std::path::PathBuf,
+    board: std::path::PathBuf,
+    stop: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let region: &'static tessera_region::Region =
+            Box::leak(Box::new(tessera_region::Region::open(&path).unwrap()));
+        let _slot = region.claim_slot().unwrap();
+        let board = tessera_region::Board::open(&board).unwrap();
+        let account = region.compute(0);
+        while !stop.load(Ordering::Relaxed) {
+            account.active.store(1, Ordering::SeqCst);
+            account.wake_active();
+            if let Some(bit) = account.board_bit() {
+                board.set(0, bit);
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    })
+}
+
+#[test]
+fn an_online_container_claiming_work_it_does_not_do_stops_no_one() {
+    let _serial = tessera_tests::timing_lock();
+    let mut node = Node::new("compute-claims");
+    let config = node.write_config(&format!(
+        "{}[[container]]\nname = \"batch\"\ngpus = [0]\ncompute = \"best-effort\"\npriority = \"offline\"\n",
+        gpu0_containers(&[("liar", "best-effort")])
+    ));
+    node.start(Some(&config));
+    let stop = Arc::new(AtomicBool::new(false));
+    let liar = claim_in_a_loop(
+        node.region("liar"),
+        node.state_dir().join(tessera_region::BOARD_FILE),
+        stop.clone(),
+    );
+    let mut trainer = {
+        let mut cmd = node.in_container("batch", &tessera_tests::artifacts().gpuload);
+        cmd.args(TRAIN);
+        Running::spawn_captured(&mut cmd, "gpuload train in batch")
+    };
+    let pid = trainer.pid();
+    // Found out within a second or two of claiming (a second of claims, a second of NVML).
+    let started = Instant::now();
+    let named = loop {
+        let problems = node.container("liar").unwrap()["problems"].to_string();
+        if problems.contains("does not do") {
+            break true;
+        }
+        if started.elapsed() > Duration::from_secs(30) {
+            break false;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let shares = engine_shares(&node, &[pid], Duration::from_secs(3));
+    stop.store(true, Ordering::Relaxed);
+    liar.join().unwrap();
+    trainer.kill();
+    eprintln!(
+        "offline batch beside an online container claiming work it does not do: {:.1} % of the engine",
+        shares[0] * 100.0
+    );
+    assert!(named, "the container claiming work was not named");
+    // Where its claims and bit were obeyed, the offline work hardly ran.
+    assert!(shares[0] >= 0.80, "batch got {:.1} %", shares[0] * 100.0);
+}

@@ -339,6 +339,10 @@ pub struct LimitsLayout {
     /// Per device, why the container's launches must wait ([`HOLD_BLOCKED`],
     /// [`HOLD_OVER_GRANT`]); 0 when they may go.
     pub compute_hold: [AtomicU32; MAX_DEVICES],
+    /// Per device, the board bits an offline container's library ignores: those of online
+    /// containers that claim work they do not do, by the daemon's own measure (the daemon
+    /// still blocks offline work for their real work, through `compute_hold`).
+    pub board_ignore: [AtomicU64; MAX_DEVICES],
 }
 
 /// [`LimitsLayout::compute_hold`]: offline, while online work runs on the device.
@@ -355,7 +359,8 @@ const _: () = assert!(offset_of!(LimitsLayout, heartbeat_ns) == 16);
 const _: () = assert!(offset_of!(LimitsLayout, memory_caps) == 64);
 const _: () = assert!(offset_of!(LimitsLayout, compute_mode) == 64 + 8 * MAX_DEVICES);
 const _: () = assert!(offset_of!(LimitsLayout, compute_hold) == 64 + 12 * MAX_DEVICES);
-const _: () = assert!(LIMITS_SIZE == 64 + 16 * MAX_DEVICES);
+const _: () = assert!(offset_of!(LimitsLayout, board_ignore) == 64 + 16 * MAX_DEVICES);
+const _: () = assert!(LIMITS_SIZE == 64 + 24 * MAX_DEVICES);
 
 /// Size of the header.
 pub const HEADER_SIZE: usize = size_of::<Header>();
@@ -543,6 +548,7 @@ pub fn describe() -> Vec<FieldLayout> {
         field!("tessera_limits", LimitsLayout, memory_caps),
         field!("tessera_limits", LimitsLayout, compute_mode),
         field!("tessera_limits", LimitsLayout, compute_hold),
+        field!("tessera_limits", LimitsLayout, board_ignore),
     ]
 }
 

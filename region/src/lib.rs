@@ -303,6 +303,14 @@ impl Region {
         })
     }
 
+    /// The board bits of device `dev` the daemon, alive at `now_ns`, says to ignore.
+    pub fn board_ignore(&self, dev: usize, now_ns: u64) -> u64 {
+        self.limits
+            .as_ref()
+            .filter(|l| l.daemon_alive(now_ns))
+            .map_or(0, |l| l.board_ignore(dev))
+    }
+
     /// Why launches on device `dev` must wait at `now_ns` by the daemon's word in the limits
     /// file (`HOLD_*` bits; 0 when they may go, or when the daemon is not alive).
     pub fn compute_hold(&self, dev: usize, now_ns: u64) -> u32 {

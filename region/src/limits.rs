@@ -232,6 +232,23 @@ impl Limits {
         (before & hold != 0) != on
     }
 
+    /// The board bits of device `dev` that an offline container's library ignores.
+    pub fn board_ignore(&self, dev: usize) -> u64 {
+        self.layout()
+            .board_ignore
+            .get(dev)
+            .map_or(0, |w| w.load(Ordering::Relaxed))
+    }
+
+    /// Sets the board bits of device `dev` to ignore (`controld`; stored only when changed).
+    pub fn set_board_ignore(&self, dev: usize, bits: u64) {
+        if let (Some(word), true) = (self.layout().board_ignore.get(dev), self.0.writable()) {
+            if word.load(Ordering::Relaxed) != bits {
+                word.store(bits, Ordering::Relaxed);
+            }
+        }
+    }
+
     /// Records a tick of the daemon at `now_ns` (`controld`).
     pub fn beat(&self, now_ns: u64) {
         if self.0.writable() {

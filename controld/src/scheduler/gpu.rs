@@ -245,6 +245,9 @@ struct Entry {
     busy_ticks: u32,
     /// Its refills kept while it waits for its turn, in ns.
     banked_ns: i64,
+    /// Ticks in a row at which its words claimed work, true or not (see
+    /// `Member::claiming_ticks`).
+    claim_ticks: u32,
 }
 
 impl Entry {
@@ -306,6 +309,7 @@ impl Entry {
             left_ns: None,
             refundable_ns: 0,
             busy_ticks: 0,
+            claim_ticks: 0,
             banked_ns: 0,
         }
     }
@@ -389,9 +393,10 @@ fn claims_work(a: &ComputeAccount) -> bool {
         || a.inflight.load(Ordering::SeqCst) != 0
 }
 
-/// Whether the member has work on `gpu` now (a stale member has none).
+/// Whether the member has work on `gpu` now (a stale member has none, nor one whose claims
+/// the watchdog found untrue).
 pub(super) fn has_work(m: &Member, gpu: usize) -> bool {
-    !m.is_stale() && claims_work(m.region.compute(gpu))
+    !m.is_stale() && !m.claims_ignored(gpu) && claims_work(m.region.compute(gpu))
 }
 
 /// Blocks an offline container: it launches nothing new until unblocked. When it was not
@@ -584,6 +589,12 @@ impl GpuScheduler {
         let gpu = self.gpu;
         for e in &mut self.entries {
             e.observe(gpu, now);
+            e.claim_ticks = if claims_work(e.account(gpu)) {
+                e.claim_ticks.saturating_add(1)
+            } else {
+                0
+            };
+            e.member.claiming(gpu, e.claim_ticks);
         }
 
         // Decide, and block. Lifting a block is the preemption thread's alone wherever an
@@ -798,12 +809,30 @@ impl GpuScheduler {
     /// its bit set, as it leaves `active` up; an online container can set any bit of the
     /// board, its idle neighbours' too).
     fn keep_board(&self, board: &Board) {
+        let gpu = self.gpu;
         let mask = self
             .entries
             .iter()
-            .filter(|e| !e.member.is_stale() && e.idle_ticks < IDLE_BIT_TICKS)
+            .filter(|e| {
+                !e.member.is_stale()
+                    && !e.member.claims_ignored(gpu)
+                    && e.idle_ticks < IDLE_BIT_TICKS
+            })
             .filter_map(|e| e.board_bit)
             .fold(0u64, |m, bit| m | 1 << bit);
+        // The bits of those whose claims are untrue: offline libraries ignore them, however
+        // often they are set again.
+        let ignore = self
+            .entries
+            .iter()
+            .filter(|e| e.member.claims_ignored(gpu))
+            .filter_map(|e| e.board_bit)
+            .fold(0u64, |m, bit| m | 1 << bit);
+        for e in &self.entries {
+            if let (Priority::Offline, Some(limits)) = (e.member.priority, &e.member.limits) {
+                limits.set_board_ignore(gpu, ignore);
+            }
+        }
         let dropped = board.retain(self.gpu, mask);
         for e in &self.entries {
             if e.board_bit.is_some_and(|bit| dropped & 1 << bit != 0) && !e.member.is_stale() {

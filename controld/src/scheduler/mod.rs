@@ -63,6 +63,12 @@ pub struct Member {
     /// first tick there): the daemon's own figure, where the region's copy is the
     /// container's to write.
     granted_ppm: [AtomicU32; MAX_DEVICES],
+    /// Per GPU, ticks in a row at which its region claimed work (the tick's count).
+    claiming_ticks: [AtomicU32; MAX_DEVICES],
+    /// Per GPU, set by the watchdog while it claims work that NVML shows it does not do:
+    /// its claims count for nothing (it blocks no offline work, and its board bit is
+    /// ignored).
+    claims_ignored: [AtomicBool; MAX_DEVICES],
 }
 
 /// [`Member::granted_ppm`] before a tick granted anything.
@@ -127,7 +133,43 @@ impl Member {
             stale: AtomicBool::new(false),
             tampering: AtomicU32::new(0),
             granted_ppm: [const { AtomicU32::new(UNGRANTED) }; MAX_DEVICES],
+            claiming_ticks: [const { AtomicU32::new(0) }; MAX_DEVICES],
+            claims_ignored: [const { AtomicBool::new(false) }; MAX_DEVICES],
         }
+    }
+
+    /// Records that its region has claimed work on `gpu` for `ticks` ticks in a row.
+    pub(crate) fn claiming(&self, gpu: usize, ticks: u32) {
+        if let Some(word) = self.claiming_ticks.get(gpu) {
+            // Relaxed: a figure for the watchdog, with nothing published under it.
+            word.store(ticks, Ordering::Relaxed);
+        }
+    }
+
+    /// For how long its region has claimed work on `gpu` without a break.
+    pub fn claiming_for(&self, gpu: usize) -> Duration {
+        // Relaxed: see `claiming`.
+        let ticks = self
+            .claiming_ticks
+            .get(gpu)
+            .map_or(0, |w| w.load(Ordering::Relaxed));
+        TICK * ticks
+    }
+
+    /// Sets whether its claims of work on `gpu` are ignored; returns whether that changed.
+    pub fn ignore_claims(&self, gpu: usize, ignored: bool) -> bool {
+        // Relaxed: a verdict read afresh by the scheduler's threads.
+        self.claims_ignored
+            .get(gpu)
+            .is_some_and(|w| w.swap(ignored, Ordering::Relaxed) != ignored)
+    }
+
+    /// Whether its claims of work on `gpu` are ignored.
+    pub fn claims_ignored(&self, gpu: usize) -> bool {
+        // Relaxed: see `ignore_claims`.
+        self.claims_ignored
+            .get(gpu)
+            .is_some_and(|w| w.load(Ordering::Relaxed))
     }
 
     /// Records the share the tick granted it on `gpu`.

@@ -5,7 +5,7 @@
 use crate::container;
 use std::sync::atomic::Ordering;
 use tessera_region::layout::{ComputeAccount, PRIORITY_OFFLINE};
-use tessera_region::{monotonic_ns, Board};
+use tessera_region::{monotonic_ns, Board, Region};
 
 /// The board and this container's bit on it, if it has both.
 fn own_board_bit(acct: &ComputeAccount) -> Option<(&'static Board, u32)> {
@@ -30,10 +30,19 @@ pub(crate) fn clear(acct: &ComputeAccount, device: usize) {
     }
 }
 
-/// Whether the board says online work runs on `device`, for an offline container (never
-/// for others).
-pub(crate) fn online_elsewhere(acct: &ComputeAccount, device: usize) -> bool {
+/// Whether the board says online work runs on `device` at `now_ns`, for an offline
+/// container (never for others): a bit the daemon says to ignore (an online container that
+/// claims work it does not do) does not count.
+pub(crate) fn online_elsewhere(
+    region: &Region,
+    acct: &ComputeAccount,
+    device: usize,
+    now_ns: u64,
+) -> bool {
     // Relaxed: a setting of the daemon's, read afresh each time.
     acct.priority.load(Ordering::Relaxed) == PRIORITY_OFFLINE
-        && container::board().is_some_and(|b| b.online(device) != 0)
+        && container::board().is_some_and(|b| {
+            let online = b.online(device);
+            online != 0 && online & !region.board_ignore(device, now_ns) != 0
+        })
 }

@@ -239,7 +239,7 @@ fn try_admit(
     // SeqCst: part of the sleep protocol (checked after `gate` is loaded). The daemon's
     // hold, in the limits file, stands whatever the region's `blocked` word says.
     if acct.blocked.load(Ordering::SeqCst) != 0
-        || board::online_elsewhere(acct, device)
+        || board::online_elsewhere(region, acct, device, now)
         || region.compute_hold(device, now) != 0
     {
         // Relaxed: a timestamp for statistics; only the first finder after an unblock
@@ -265,7 +265,7 @@ fn try_admit(
     // among those admitted before it.
     acct.launches.fetch_add(1, Ordering::SeqCst);
     if acct.blocked.load(Ordering::SeqCst) != 0
-        || board::online_elsewhere(acct, device)
+        || board::online_elsewhere(region, acct, device, now)
         || region.compute_hold(device, now) != 0
     {
         // Relaxed: taking back the count just taken.
