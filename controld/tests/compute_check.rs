@@ -274,3 +274,50 @@ fn an_online_container_claiming_work_it_does_not_do_stops_no_one() {
     // Where its claims and bit were obeyed, the offline work hardly ran.
     assert!(shares[0] >= 0.80, "batch got {:.1} %", shares[0] * 100.0);
 }
+
+#[test]
+fn an_online_container_setting_its_neighbours_board_bits_stops_no_one() {
+    let _serial = tessera_tests::timing_lock();
+    let mut node = Node::new("compute-framing");
+    let config = node.write_config(&format!(
+        "{}[[container]]\nname = \"batch\"\ngpus = [0]\ncompute = \"best-effort\"\npriority = \"offline\"\n",
+        gpu0_containers(&[("framer", "best-effort"), ("idle", "best-effort")])
+    ));
+    node.start(Some(&config));
+    // Every bit of the board but its own, every millisecond: its idle neighbour's, and
+    // those nobody holds.
+    let stop = Arc::new(AtomicBool::new(false));
+    let framer = {
+        let region = tessera_region::Region::open(&node.region("framer")).unwrap();
+        let own = region.compute(0).board_bit();
+        let board = tessera_region::Board::open(&node.state_dir().join(tessera_region::BOARD_FILE))
+            .unwrap();
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                for bit in (0..64).filter(|&b| Some(b) != own) {
+                    board.set(0, bit);
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        })
+    };
+    let mut trainer = {
+        let mut cmd = node.in_container("batch", &tessera_tests::artifacts().gpuload);
+        cmd.args(TRAIN);
+        Running::spawn_captured(&mut cmd, "gpuload train in batch")
+    };
+    let pid = trainer.pid();
+    std::thread::sleep(Duration::from_secs(2));
+    let shares = engine_shares(&node, &[pid], Duration::from_secs(3));
+    stop.store(true, Ordering::Relaxed);
+    framer.join().unwrap();
+    trainer.kill();
+    eprintln!(
+        "offline batch beside an online container setting its neighbours' board bits: {:.1} % of the engine",
+        shares[0] * 100.0
+    );
+    // Where the bits were obeyed, the offline work ran only in the gaps between the
+    // daemon's drops.
+    assert!(shares[0] >= 0.80, "batch got {:.1} %", shares[0] * 100.0);
+}

@@ -339,9 +339,10 @@ pub struct LimitsLayout {
     /// Per device, why the container's launches must wait ([`HOLD_BLOCKED`],
     /// [`HOLD_OVER_GRANT`]); 0 when they may go.
     pub compute_hold: [AtomicU32; MAX_DEVICES],
-    /// Per device, the board bits an offline container's library ignores: those of online
-    /// containers that claim work they do not do, by the daemon's own measure (the daemon
-    /// still blocks offline work for their real work, through `compute_hold`).
+    /// Per device, the board bits an offline container's library ignores: all but those of
+    /// the live online containers on the device whose claims of work are true by the
+    /// daemon's own measure and whose bit no neighbour keeps setting (the daemon still
+    /// blocks offline work for their real work, through `compute_hold`).
     pub board_ignore: [AtomicU64; MAX_DEVICES],
 }
 

@@ -248,6 +248,9 @@ struct Entry {
     /// Ticks in a row at which its words claimed work, true or not (see
     /// `Member::claiming_ticks`).
     claim_ticks: u32,
+    /// Times its board bit was found set and dropped since it last had work: a neighbour
+    /// setting it for it (from [`FRAMED_DROPS`] on, offline libraries ignore the bit).
+    framed_drops: u32,
 }
 
 impl Entry {
@@ -310,6 +313,7 @@ impl Entry {
             refundable_ns: 0,
             busy_ticks: 0,
             claim_ticks: 0,
+            framed_drops: 0,
             banked_ns: 0,
         }
     }
@@ -358,6 +362,13 @@ impl Entry {
 /// another container (or left by a crash). Two ticks, so that the moment between a
 /// library's setting its bit and raising `active` is never mistaken for idleness.
 const IDLE_BIT_TICKS: u32 = 2;
+
+/// Drops of an idle container's board bit after which offline libraries ignore the bit until
+/// it has work: its own library clears its bit when its work ends, so a bit set again and
+/// again while it has none is a neighbour's doing (an online container can write the whole
+/// board). Its first request after that waits for a tick of the daemon's, as the block
+/// does.
+const FRAMED_DROPS: u32 = 3;
 /// The most refund a container can have owing: a second of charges.
 const MAX_REFUNDABLE_NS: u64 = 1_000_000_000;
 
@@ -808,7 +819,7 @@ impl GpuScheduler {
     /// alive and with work in the last [`IDLE_BIT_TICKS`] ticks (a crashed process leaves
     /// its bit set, as it leaves `active` up; an online container can set any bit of the
     /// board, its idle neighbours' too).
-    fn keep_board(&self, board: &Board) {
+    fn keep_board(&mut self, board: &Board) {
         let gpu = self.gpu;
         let mask = self
             .entries
@@ -820,23 +831,32 @@ impl GpuScheduler {
             })
             .filter_map(|e| e.board_bit)
             .fold(0u64, |m, bit| m | 1 << bit);
-        // The bits of those whose claims are untrue: offline libraries ignore them, however
-        // often they are set again.
-        let ignore = self
+        let dropped = board.retain(self.gpu, mask);
+        for e in &mut self.entries {
+            if e.idle_ticks == 0 {
+                e.framed_drops = 0;
+            }
+            if e.board_bit.is_some_and(|bit| dropped & 1 << bit != 0) && !e.member.is_stale() {
+                e.member.note_tampering(Tampering::BOARD);
+                e.framed_drops = e.framed_drops.saturating_add(1);
+            }
+        }
+        // The bits offline libraries ignore, however often they are set again: all but those
+        // of live containers here whose claims are true and whose bit no neighbour keeps
+        // setting.
+        let ignore = !self
             .entries
             .iter()
-            .filter(|e| e.member.claims_ignored(gpu))
+            .filter(|e| {
+                !e.member.is_stale()
+                    && !e.member.claims_ignored(gpu)
+                    && e.framed_drops < FRAMED_DROPS
+            })
             .filter_map(|e| e.board_bit)
             .fold(0u64, |m, bit| m | 1 << bit);
         for e in &self.entries {
             if let (Priority::Offline, Some(limits)) = (e.member.priority, &e.member.limits) {
                 limits.set_board_ignore(gpu, ignore);
-            }
-        }
-        let dropped = board.retain(self.gpu, mask);
-        for e in &self.entries {
-            if e.board_bit.is_some_and(|bit| dropped & 1 << bit != 0) && !e.member.is_stale() {
-                e.member.note_tampering(Tampering::BOARD);
             }
         }
     }

@@ -31,8 +31,9 @@ pub(crate) fn clear(acct: &ComputeAccount, device: usize) {
 }
 
 /// Whether the board says online work runs on `device` at `now_ns`, for an offline
-/// container (never for others): a bit the daemon says to ignore (an online container that
-/// claims work it does not do) does not count.
+/// container (never for others): a bit the daemon says to ignore (one of no live online
+/// container, of one that claims work it does not do, or of an idle one a neighbour keeps
+/// setting) does not count.
 pub(crate) fn online_elsewhere(
     region: &Region,
     acct: &ComputeAccount,
