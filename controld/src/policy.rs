@@ -6,7 +6,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 use std::str::FromStr;
 
-/// A container's claim on a GPU's time (DESIGN §3).
+/// A container's claim on a GPU's time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ComputePolicy {
     /// Exactly this percentage of GPU time, never more.
@@ -80,7 +80,7 @@ impl fmt::Display for ComputePolicy {
     }
 }
 
-/// Whether a container's work preempts others' on its GPUs (DESIGN §3).
+/// Whether a container's work preempts others' on its GPUs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Priority {
     /// Latency-critical: while it has work, offline containers on its GPUs launch nothing new.

@@ -1,6 +1,6 @@
 //! The compute scheduler inside a running `controld`, driven by fake applications that gate
 //! their launches on their containers' compute accounts as `libtessera.so` does: the shares
-//! of DESIGN §3 come out of the buckets it refills, the modes it sets match the policies,
+//! of the policies come out of the buckets it refills, the modes it sets match the policies,
 //! and status shows target and measured shares.
 
 mod scheduler_support;

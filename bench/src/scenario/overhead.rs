@@ -1,4 +1,4 @@
-//! What Tessera costs (items 8 and 9): the throughput of a container with no compute limit
+//! What Tessera costs (`overhead`, `daemon-cpu`): the throughput of a container with no compute limit
 //! (the launch fast path) and of one alone under controld (metered, no limit binding),
 //! each against the same program without the preload, and the daemon's CPU time beside
 //! eight busy containers.
@@ -140,7 +140,7 @@ fn median(v: &mut [f64]) -> f64 {
     }
 }
 
-/// Item 8: one container, no limit binding, 20 µs kernels, against no preload: the median
+/// `overhead`: one container, no limit binding, 20 µs kernels, against no preload: the median
 /// over rounds of the ratio of the two throughputs, measured side by side on simgpu and in
 /// turn on a real driver (see [`Order`]).
 pub(super) fn unlimited_throughput(bins: &Bins, o: &Options) -> Result<Outcome, ScenarioError> {
@@ -324,7 +324,7 @@ fn calls_per_launch(trace: &std::path::Path) -> Result<f64, ScenarioError> {
     Ok(calls as f64 / launches as f64)
 }
 
-/// Item 9: `controld`'s CPU time beside eight busy containers.
+/// `daemon-cpu`: `controld`'s CPU time beside eight busy containers.
 pub(super) fn daemon_cpu(bins: &Bins, o: &Options) -> Result<Outcome, ScenarioError> {
     let mut out = Outcome::new("daemon-cpu");
     let specs = [

@@ -1,4 +1,4 @@
-//! Online work beside offline work (items 5 and 6): the online container's
+//! Online work beside offline work (`online-offline`, `preemption`): the online container's
 //! request latency from `gpuload infer`, the offline container's use of the time left idle
 //! from the node's busy time, and the preemption latency from the stamps the library writes
 //! into the regions.
@@ -171,7 +171,7 @@ fn infer_run(
     })
 }
 
-/// Item 5: online `gpuload infer` beside offline `gpuload train`.
+/// `online-offline`: online `gpuload infer` beside offline `gpuload train`.
 pub(super) fn online_offline(bins: &Bins, o: &Options) -> Result<Outcome, ScenarioError> {
     let mut out = Outcome::new("online-offline");
     let phase = o.phase(10.0);
@@ -343,7 +343,7 @@ pub(super) fn online_offline(bins: &Bins, o: &Options) -> Result<Outcome, Scenar
     Ok(out)
 }
 
-/// Item 13: the mix `controld demo` shows, every background container queueing deep: an
+/// `demo-mix`: the mix `controld demo` shows, every background container queueing deep: an
 /// online `burst:50` service (20 requests/s of five 1 ms kernels), an offline best-effort
 /// trainer and an offline `fixed:20` job. The fixed job at 20 ± 2 %; the service's p99
 /// within 1.10 × its p99 alone.
@@ -452,7 +452,7 @@ pub(super) fn demo_mix_rows(
     Ok(())
 }
 
-/// The latency chart of item 5: the online service's request latency CDF alone (with and
+/// The latency chart of `online-offline`: the online service's request latency CDF alone (with and
 /// without Tessera), beside offline work with Tessera and without, for both request kinds.
 fn latency_chart(
     ten: [&InferRun; 3],
@@ -773,7 +773,7 @@ fn preempt_run(
     })
 }
 
-/// Item 6: preemption latency: from an online launch (the online library's stamp) until
+/// `preemption`: preemption latency: from an online launch (the online library's stamp) until
 /// the offline container launches nothing new: the online library's stamp after it set its
 /// bit on the node's board, or the daemon's block of the offline region if that came first;
 /// after it the offline library admits nothing (checked: launches admitted while blocked).

@@ -1,4 +1,4 @@
-//! Shares on the launch shapes of real applications (items 11 and 12): programs that queue
+//! Shares on the launch shapes of real applications (`shapes`, `mixed-deep`): programs that queue
 //! hundreds or thousands of kernels and synchronize once — on the legacy default stream,
 //! over several streams, as a CUDA graph, on the per-thread default stream, from several
 //! host threads — rather than `gpuload train`'s few kernels in flight. Each is measured from
@@ -56,7 +56,7 @@ fn daemon_row(out: &mut Outcome, what: &str, run: &TrainRun) {
     );
 }
 
-/// Item 11: `fixed:30` alone, each shape: 30 ± 2 % in every 1 s window.
+/// `shapes`: `fixed:30` alone, each shape: 30 ± 2 % in every 1 s window.
 pub(super) fn fixed_shapes(bins: &Bins, o: &Options) -> Result<Outcome, ScenarioError> {
     let mut out = Outcome::new("shapes");
     for &shape in SHAPES {
@@ -164,7 +164,7 @@ fn work_rows(
     }
 }
 
-/// Item 12: deep-queueing containers side by side: `fixed:20` + `burst:30` + `best-effort`
+/// `mixed-deep`: deep-queueing containers side by side: `fixed:20` + `burst:30` + `best-effort`
 /// at 20 / 55 / 25 ± 3 %, and `fixed:30` + `fixed:70` at 30 / 70 ± 2 %.
 pub(super) fn mixed_deep(bins: &Bins, o: &Options) -> Result<Outcome, ScenarioError> {
     let mut out = Outcome::new("mixed-deep");
@@ -258,7 +258,7 @@ fn deep_set(
     Ok(())
 }
 
-/// Item 14: criteria of items 11–13 while two threads keep two cores busy: `fixed:30`
+/// `busy-host`: the criteria of `shapes`, `mixed-deep` and `demo-mix` while two threads keep two cores busy: `fixed:30`
 /// queueing on the null stream, the deep-queueing mix, and the demo's mix, each within
 /// ± 3 points, and `controld`'s measure within a point of the ground truth.
 pub(super) fn busy_host(bins: &Bins, o: &Options) -> Result<Outcome, ScenarioError> {

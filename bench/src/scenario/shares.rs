@@ -1,4 +1,4 @@
-//! Shares of saturating containers (items 1–4 and 7): busy time per container
+//! Shares of saturating containers (`fixed-alone`, `mixed`, `burst-join`, `best-effort`, `long-kernels`): busy time per container
 //! from the node's ground truth, divided by the wall time it covers.
 
 use super::error::ScenarioError;
@@ -164,7 +164,7 @@ pub(super) fn within(share: f64, target: f64, tolerance: f64) -> bool {
     (share - target).abs() <= tolerance + 1e-9
 }
 
-/// Item 1: `fixed:30` alone and saturating.
+/// `fixed-alone`: `fixed:30` alone and saturating.
 pub(super) fn fixed_alone(bins: &Bins, o: &Options) -> Result<Outcome, ScenarioError> {
     let mut out = Outcome::new("fixed-alone");
     let specs = [Spec::online("fixed30", "fixed:30")];
@@ -212,7 +212,7 @@ pub(super) fn fixed_alone(bins: &Bins, o: &Options) -> Result<Outcome, ScenarioE
     Ok(out)
 }
 
-/// Item 2: `fixed:20` + `burst:30` + `best-effort`, all saturating.
+/// `mixed`: `fixed:20` + `burst:30` + `best-effort`, all saturating.
 pub(super) fn mixed(bins: &Bins, o: &Options) -> Result<Outcome, ScenarioError> {
     let mut out = Outcome::new("mixed");
     let specs = [
@@ -268,7 +268,7 @@ pub(super) fn mixed(bins: &Bins, o: &Options) -> Result<Outcome, ScenarioError> 
     Ok(out)
 }
 
-/// Item 4: four `best-effort` containers.
+/// `best-effort`: four `best-effort` containers.
 pub(super) fn best_effort(bins: &Bins, o: &Options) -> Result<Outcome, ScenarioError> {
     let mut out = Outcome::new("best-effort");
     let specs = [
@@ -312,7 +312,7 @@ pub(super) fn best_effort(bins: &Bins, o: &Options) -> Result<Outcome, ScenarioE
     Ok(out)
 }
 
-/// Item 7: kernels of 50 ms under `fixed:30`.
+/// `long-kernels`: kernels of 50 ms under `fixed:30`.
 pub(super) fn long_kernels(bins: &Bins, o: &Options) -> Result<Outcome, ScenarioError> {
     let mut out = Outcome::new("long-kernels");
     let specs = [Spec::online("fixed30", "fixed:30")];
@@ -360,7 +360,7 @@ pub(super) fn long_kernels(bins: &Bins, o: &Options) -> Result<Outcome, Scenario
     Ok(out)
 }
 
-/// What one run of item 3 measured.
+/// What one run of `burst-join` measured.
 struct Join {
     alone: f64,
     /// ms from the fixed container's first busy time until the burst one's share over the
@@ -458,7 +458,7 @@ fn join_run(bins: &Bins, tessera: bool, o: &Options) -> Result<Join, ScenarioErr
     })
 }
 
-/// Item 3: `burst:30` alone, then a `fixed:50` joins.
+/// `burst-join`: `burst:30` alone, then a `fixed:50` joins.
 pub(super) fn burst_join(bins: &Bins, o: &Options) -> Result<Outcome, ScenarioError> {
     let mut out = Outcome::new("burst-join");
     o.say("burst:30 alone, then fixed:50 joins, with Tessera");
@@ -543,7 +543,7 @@ fn zoom_chart(run: &Join, base: Option<&Join>) -> Chart {
     }
 }
 
-/// The chart of item 3: both containers' shares over 100 ms windows, and the targets: the
+/// The chart of `burst-join`: both containers' shares over 100 ms windows, and the targets: the
 /// burst container all of the GPU alone, then 50 % each.
 fn join_chart(run: &Join, base: Option<&Join>) -> Chart {
     let panel = |j: &Join, title: &str| {

@@ -1,4 +1,4 @@
-//! The compute scheduler: each GPU's time shared among the containers on it (DESIGN §3).
+//! The compute scheduler: each GPU's time shared among the containers on it (`docs/compute-sharing.md`).
 //!
 //! Two threads. The *tick* thread wakes every [`TICK`] and, for each GPU in turn (one
 //! `GpuScheduler` each), reads every container's compute account on it (untrusted:

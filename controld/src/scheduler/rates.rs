@@ -1,4 +1,4 @@
-//! The policy arithmetic of DESIGN §3: from the containers on one GPU, their policies,
+//! The policy arithmetic: from the containers on one GPU, their policies,
 //! priorities and whether they have work, each one's share of the GPU's time and whether it
 //! is blocked. Pure functions, no region in sight, so that every case is a unit test.
 
@@ -41,7 +41,7 @@ pub fn online_busy(claims: &[Claim]) -> bool {
         .any(|c| c.demanding && c.priority == Priority::Online)
 }
 
-/// Each container's share of the GPU (DESIGN §3), in `claims`' order.
+/// Each container's share of the GPU, in `claims`' order.
 ///
 /// Among the containers that have work and are not blocked: `fixed:Q` gets Q, never more;
 /// `burst:Q` gets Q plus an equal part of the leftover; `best-effort` an equal part of the
