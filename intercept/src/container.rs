@@ -5,6 +5,7 @@
 //! or `dlsym` is running: the first allocation, query or context call pays for it.
 
 mod local_share;
+mod timeslice;
 
 use crate::fork_lock::{self, ForkLock};
 use std::ffi::OsStr;
@@ -59,7 +60,7 @@ fn init() -> Option<Container> {
     let region = open_region(&caps)?;
     let region = REGION.get_or_init(|| region);
     local_share::apply(region);
-    crate::rm::lever::apply_env(region);
+    timeslice::apply_env(region);
     Some(Container { region })
 }
 

@@ -111,36 +111,41 @@ fn file_id(fd: c_int) -> Option<(u64, u64)> {
     Some((st.st_dev, st.st_ino))
 }
 
+/// What [`after`] saw of a group, for the time slice lever.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Seen {
+    /// The driver made this group.
+    Made(Group),
+    /// The driver set this group's time slice, to this many µs.
+    DriverSet(Group, u64),
+}
+
 /// Reads the driver's answer to an RM request it accepted: a channel group made, a group
 /// (or the object it lives under) freed, or the driver setting a group's time slice.
 ///
 /// # Safety
 /// The driver accepted `request` on `fd` with `arg` (`ioctl` returned 0), so `arg` and the
 /// parameters it points to are valid for the request's size.
-pub(super) unsafe fn after(fd: c_int, request: c_ulong, arg: *mut c_void) {
+pub(super) unsafe fn after(fd: c_int, request: c_ulong, arg: *mut c_void) -> Option<Seen> {
     let req = Request::decode(request);
-    let Some(escape) = req.escape() else {
-        return;
-    };
+    let escape = req.escape()?;
     let (escape, size, params) = match escape {
         Escape::Xfer => {
             if req.size != size_of::<params::Xfer>() {
-                return;
+                return None;
             }
             // SAFETY: the driver read these bytes (see above).
             let x = unsafe { arg.cast::<params::Xfer>().read_unaligned() };
-            let Some(inner) = u8::try_from(x.cmd).ok().and_then(Escape::from_number) else {
-                return;
-            };
+            let inner = u8::try_from(x.cmd).ok().and_then(Escape::from_number)?;
             if inner == Escape::Xfer {
-                return;
+                return None;
             }
             (inner, x.size as usize, x.ptr as *mut c_void)
         }
         other => (other, req.size, arg),
     };
     if params.is_null() {
-        return;
+        return None;
     }
     match escape {
         Escape::Alloc => {
@@ -153,17 +158,15 @@ pub(super) unsafe fn after(fd: c_int, request: c_ulong, arg: *mut c_void) {
                 Some(AllocLayout::Os21) => unsafe {
                     params.cast::<params::Alloc21>().read_unaligned().into()
                 },
-                None => return,
+                None => return None,
             };
             if a.status == status::OK && a.class == class::CHANNEL_GROUP {
-                if let Some(group) = add(fd, a.client, a.parent, a.object) {
-                    super::lever::group_made(group);
-                }
+                return add(fd, a.client, a.parent, a.object).map(Seen::Made);
             }
         }
         Escape::Free => {
             if size != size_of::<params::Free>() {
-                return;
+                return None;
             }
             // SAFETY: as above.
             let f = unsafe { params.cast::<params::Free>().read_unaligned() };
@@ -173,7 +176,7 @@ pub(super) unsafe fn after(fd: c_int, request: c_ulong, arg: *mut c_void) {
         }
         Escape::Control => {
             if size != size_of::<params::Control>() {
-                return;
+                return None;
             }
             // SAFETY: as above.
             let c = unsafe { params.cast::<params::Control>().read_unaligned() };
@@ -182,16 +185,17 @@ pub(super) unsafe fn after(fd: c_int, request: c_ulong, arg: *mut c_void) {
                 || c.params_size as usize != size_of::<params::Timeslice>()
                 || c.params == 0
             {
-                return;
+                return None;
             }
             if let Some(group) = find(c.client, c.object) {
                 // SAFETY: the driver read the control's parameters, of this size.
                 let t = unsafe { (c.params as *const params::Timeslice).read_unaligned() };
-                super::lever::driver_set(group, t.us);
+                return Some(Seen::DriverSet(group, t.us));
             }
         }
         Escape::Xfer => {}
     }
+    None
 }
 
 /// Adds a group; `None` when the table is full (the group is then left as the driver made

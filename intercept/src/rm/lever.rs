@@ -18,9 +18,9 @@ use std::ffi::{c_int, c_ulong, c_void};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use tessera_nvrm::{control, params, status, Escape, Request};
 use tessera_region::layout::{
-    COMPUTE_DAEMON, TIMESLICE_ERRNO, TIMESLICE_NO_GROUPS, TIMESLICE_REFUSED, TIMESLICE_SET,
+    TIMESLICE_ERRNO, TIMESLICE_NO_GROUPS, TIMESLICE_REFUSED, TIMESLICE_SET,
 };
-use tessera_region::{units, Region, TimesliceReport, MAX_DEVICES};
+use tessera_region::{Region, TimesliceReport};
 
 /// What was asked when the groups were last brought in line; `UNSYNCED` before that.
 static SYNCED: AtomicU32 = AtomicU32::new(UNSYNCED);
@@ -37,37 +37,6 @@ enum Refusal {
     Errno(c_int),
     /// The group's file is gone (closed, its number reused): the group went with it.
     Gone,
-}
-
-/// `TESSERA_TIMESLICE` for a container no daemon manages, into its region: called once per
-/// process when the container state is made.
-pub(crate) fn apply_env(region: &Region) {
-    let Some(value) = crate::env::var(crate::env::TIMESLICE) else {
-        return;
-    };
-    if value.trim().is_empty() {
-        return;
-    }
-    let managed = (0..MAX_DEVICES).any(|d| {
-        // Relaxed: a single word, set by the daemon before the container's processes run.
-        region.compute(d).mode.load(Ordering::Relaxed) == COMPUTE_DAEMON
-    });
-    if managed {
-        crate::tlog!(
-            warn,
-            "controld manages this container; {}={value} is ignored",
-            crate::env::TIMESLICE
-        );
-        return;
-    }
-    match units::parse_timeslice_us(&value) {
-        Ok(us) => region.set_timeslice_us(Some(us)),
-        Err(e) => crate::tlog!(
-            error,
-            "{}: {e}; the driver's time slice stays",
-            crate::env::TIMESLICE
-        ),
-    }
 }
 
 /// What the region asks, once the container state exists: `Some(None)` for the driver's.

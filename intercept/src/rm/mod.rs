@@ -119,7 +119,11 @@ unsafe fn rm_ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) -> c_int {
         let errno = errno();
         let look = std::panic::AssertUnwindSafe(|| {
             // SAFETY: the driver accepted the request, so `arg` points to its parameters.
-            unsafe { groups::after(fd, request, arg) }
+            match unsafe { groups::after(fd, request, arg) } {
+                Some(groups::Seen::Made(group)) => lever::group_made(group),
+                Some(groups::Seen::DriverSet(group, us)) => lever::driver_set(group, us),
+                None => {}
+            }
         });
         let _ = std::panic::catch_unwind(look);
         // What the library did after the call leaves the caller's errno as it was.
