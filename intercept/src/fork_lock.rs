@@ -38,9 +38,86 @@ pub(crate) fn after_fork_in_child() {
 const FREE: u32 = 0;
 /// Set in a held lock's word when a thread may be asleep waiting for it.
 const SLEEPERS: u32 = 1;
-/// How often a thread looks again before it sleeps: critical sections here are mostly a
-/// map operation, shorter than a system call.
-const SPINS: u32 = 100;
+
+/// What a [`ForkLock`] needs of its word: an atomic `u32` that threads can sleep on. The
+/// library's is [`Futex`]; the tests put a model of one under the same lock code, so that
+/// a model checker walks every interleaving of the code that ships.
+pub(crate) trait LockWord {
+    /// How often a thread looks again before it sleeps.
+    const SPINS: u32;
+    /// The word's value.
+    fn load(&self, order: Ordering) -> u32;
+    /// Stores `new` if the word holds `current`; returns what it held.
+    fn compare_exchange(
+        &self,
+        current: u32,
+        new: u32,
+        success: Ordering,
+        failure: Ordering,
+    ) -> Result<u32, u32>;
+    /// Stores `new`; returns what it held.
+    fn swap(&self, new: u32, order: Ordering) -> u32;
+    /// Sleeps while the word holds `expected` (or until a spurious wake-up).
+    fn wait(&self, expected: u32);
+    /// Wakes one thread sleeping on the word.
+    fn wake_one(&self);
+}
+
+/// A word threads sleep on with a private futex.
+pub(crate) struct Futex(AtomicU32);
+
+impl LockWord for Futex {
+    /// Critical sections here are mostly a map operation, shorter than a system call.
+    const SPINS: u32 = 100;
+
+    #[inline]
+    fn load(&self, order: Ordering) -> u32 {
+        self.0.load(order)
+    }
+
+    #[inline]
+    fn compare_exchange(
+        &self,
+        current: u32,
+        new: u32,
+        success: Ordering,
+        failure: Ordering,
+    ) -> Result<u32, u32> {
+        self.0.compare_exchange(current, new, success, failure)
+    }
+
+    #[inline]
+    fn swap(&self, new: u32, order: Ordering) -> u32 {
+        self.0.swap(new, order)
+    }
+
+    fn wait(&self, expected: u32) {
+        // SAFETY: a private futex wait on a live, aligned u32; no timeout. The kernel
+        // returns at once if the word no longer holds `expected`. Raw, as it must allocate
+        // nothing.
+        unsafe {
+            libc::syscall(
+                libc::SYS_futex,
+                self.0.as_ptr(),
+                libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+                expected,
+                std::ptr::null::<libc::timespec>(),
+            );
+        }
+    }
+
+    fn wake_one(&self) {
+        // SAFETY: a private futex wake on a live, aligned u32.
+        unsafe {
+            libc::syscall(
+                libc::SYS_futex,
+                self.0.as_ptr(),
+                libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+                1,
+            );
+        }
+    }
+}
 
 /// The word of a lock held by a thread of fork generation `generation`: never [`FREE`],
 /// never with [`SLEEPERS`] set.
@@ -55,26 +132,37 @@ fn held_by(generation: u32) -> u32 {
 /// Uncontended, taking and leaving it is one compare-and-swap and one swap. A waiter spins
 /// briefly, then sleeps on the lock word with a private futex; a holder that leaves while
 /// someone may sleep wakes one waiter.
-pub(crate) struct ForkLock<T> {
+pub(crate) struct ForkLock<T, W = Futex> {
     /// [`FREE`], or [`held_by`] the holder's generation, with [`SLEEPERS`] perhaps set.
-    word: AtomicU32,
+    word: W,
     value: UnsafeCell<T>,
 }
 
 // SAFETY: the value is only reached through a guard, which one thread at a time holds.
-unsafe impl<T: Send> Sync for ForkLock<T> {}
+unsafe impl<T: Send, W: Sync> Sync for ForkLock<T, W> {}
 
 impl<T: Default> ForkLock<T> {
     pub(crate) const fn new(value: T) -> ForkLock<T> {
         ForkLock {
-            word: AtomicU32::new(FREE),
+            word: Futex(AtomicU32::new(FREE)),
+            value: UnsafeCell::new(value),
+        }
+    }
+}
+
+impl<T: Default, W: LockWord> ForkLock<T, W> {
+    /// A lock on `word`, which must hold [`FREE`].
+    #[cfg(test)]
+    fn with_word(value: T, word: W) -> ForkLock<T, W> {
+        ForkLock {
+            word,
             value: UnsafeCell::new(value),
         }
     }
 
     /// Takes the lock, waiting for its holder in this process if there is one.
     #[inline]
-    pub(crate) fn lock(&self) -> ForkGuard<'_, T> {
+    pub(crate) fn lock(&self) -> ForkGuard<'_, T, W> {
         let mine = held_by(generation());
         // Acquire: pairs with the Release swap in `ForkGuard::drop`, so that the previous
         // holder's changes to the value are seen.
@@ -127,7 +215,7 @@ impl<T: Default> ForkLock<T> {
                 }
                 continue;
             }
-            if spins < SPINS {
+            if spins < W::SPINS {
                 spins += 1;
                 std::hint::spin_loop();
                 continue;
@@ -142,46 +230,18 @@ impl<T: Default> ForkLock<T> {
             {
                 continue;
             }
-            wait(&self.word, seen | SLEEPERS);
+            self.word.wait(seen | SLEEPERS);
             slept = true;
         }
     }
 }
 
-/// Sleeps while `word` holds `expected` (or until a signal or a spurious wake-up).
-fn wait(word: &AtomicU32, expected: u32) {
-    // SAFETY: a private futex wait on a live, aligned u32; no timeout. The kernel returns
-    // at once if the word no longer holds `expected`. Raw, as it must allocate nothing.
-    unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            word.as_ptr(),
-            libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
-            expected,
-            std::ptr::null::<libc::timespec>(),
-        );
-    }
-}
-
-/// Wakes one thread sleeping on `word`.
-fn wake_one(word: &AtomicU32) {
-    // SAFETY: a private futex wake on a live, aligned u32.
-    unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            word.as_ptr(),
-            libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
-            1,
-        );
-    }
-}
-
 /// The lock, held: the value is this thread's until the guard is dropped.
-pub(crate) struct ForkGuard<'a, T> {
-    lock: &'a ForkLock<T>,
+pub(crate) struct ForkGuard<'a, T, W: LockWord = Futex> {
+    lock: &'a ForkLock<T, W>,
 }
 
-impl<T> Deref for ForkGuard<'_, T> {
+impl<T, W: LockWord> Deref for ForkGuard<'_, T, W> {
     type Target = T;
 
     fn deref(&self) -> &T {
@@ -190,20 +250,20 @@ impl<T> Deref for ForkGuard<'_, T> {
     }
 }
 
-impl<T> DerefMut for ForkGuard<'_, T> {
+impl<T, W: LockWord> DerefMut for ForkGuard<'_, T, W> {
     fn deref_mut(&mut self) -> &mut T {
         // SAFETY: as in `deref`, and the guard is borrowed mutably.
         unsafe { &mut *self.lock.value.get() }
     }
 }
 
-impl<T> Drop for ForkGuard<'_, T> {
+impl<T, W: LockWord> Drop for ForkGuard<'_, T, W> {
     fn drop(&mut self) {
         // Release: publishes this holder's changes to the next holder's Acquire. Also runs
         // when a panic unwinds through the holder: every user leaves the value consistent
         // between single operations, as with a mutex whose poisoning is ignored.
         if self.lock.word.swap(FREE, Ordering::Release) & SLEEPERS != 0 {
-            wake_one(&self.lock.word);
+            self.lock.word.wake_one();
         }
     }
 }
@@ -246,7 +306,7 @@ mod tests {
         let lock = ForkLock::new(vec![1u32]);
         // As a fork child finds a lock that a thread of its parent held: the word names the
         // parent's generation, and no thread of this process will leave it.
-        lock.word.store(
+        lock.word.0.store(
             held_by(generation().wrapping_sub(1)) | SLEEPERS,
             Ordering::Relaxed,
         );
@@ -255,7 +315,7 @@ mod tests {
         guard.push(3);
         drop(guard);
         assert_eq!(*lock.lock(), vec![3]);
-        assert_eq!(lock.word.load(Ordering::Relaxed), FREE);
+        assert_eq!(lock.word.0.load(Ordering::Relaxed), FREE);
     }
 
     #[test]
@@ -318,5 +378,117 @@ mod tests {
             assert_eq!(held_by(g) & SLEEPERS, 0, "{g}");
         }
         assert_ne!(held_by(0), held_by(1));
+    }
+}
+
+/// The lock's code under a model checker: every interleaving of two or three threads (to a
+/// bound on preemptions), over a futex modelled as the kernel keeps one: the check of the
+/// word and the going to sleep are one step against a wake-up.
+#[cfg(test)]
+mod model {
+    use super::*;
+    use loom::sync::atomic::AtomicU32 as ModelAtomic;
+    use loom::sync::{Arc, Condvar, Mutex};
+
+    /// A futex for the model: the kernel's hash bucket is the mutex.
+    struct ModelFutex {
+        word: ModelAtomic,
+        bucket: Mutex<()>,
+        sleepers: Condvar,
+    }
+
+    impl ModelFutex {
+        fn new(value: u32) -> ModelFutex {
+            ModelFutex {
+                word: ModelAtomic::new(value),
+                bucket: Mutex::new(()),
+                sleepers: Condvar::new(),
+            }
+        }
+    }
+
+    impl LockWord for ModelFutex {
+        /// One look before sleeping: the sleeping path is walked too.
+        const SPINS: u32 = 1;
+
+        fn load(&self, order: Ordering) -> u32 {
+            self.word.load(order)
+        }
+
+        fn compare_exchange(
+            &self,
+            current: u32,
+            new: u32,
+            success: Ordering,
+            failure: Ordering,
+        ) -> Result<u32, u32> {
+            self.word.compare_exchange(current, new, success, failure)
+        }
+
+        fn swap(&self, new: u32, order: Ordering) -> u32 {
+            self.word.swap(new, order)
+        }
+
+        fn wait(&self, expected: u32) {
+            let bucket = self.bucket.lock().unwrap();
+            // Relaxed: as the kernel reads the word, under the bucket's lock.
+            if self.word.load(Ordering::Relaxed) == expected {
+                drop(self.sleepers.wait(bucket).unwrap());
+            }
+        }
+
+        fn wake_one(&self) {
+            let _bucket = self.bucket.lock().unwrap();
+            self.sleepers.notify_one();
+        }
+    }
+
+    fn check(threads: usize, held_by_an_ancestor: bool) {
+        let mut model = loom::model::Builder::new();
+        model.preemption_bound = Some(3);
+        model.check(move || {
+            let word = if held_by_an_ancestor {
+                held_by(generation().wrapping_add(1)) | SLEEPERS
+            } else {
+                FREE
+            };
+            let lock = Arc::new(ForkLock::with_word(0u32, ModelFutex::new(word)));
+            // Counted inside the lock as a read and a separate write: two holders at once
+            // lose a count in some interleaving.
+            let inside = Arc::new(ModelAtomic::new(0));
+            let handles: Vec<_> = (0..threads)
+                .map(|_| {
+                    let (lock, inside) = (lock.clone(), inside.clone());
+                    loom::thread::spawn(move || {
+                        let mut guard = lock.lock();
+                        // Relaxed (both): the lock alone must order them.
+                        let n = inside.load(Ordering::Relaxed);
+                        inside.store(n + 1, Ordering::Relaxed);
+                        *guard += 1;
+                    })
+                })
+                .collect();
+            for h in handles {
+                h.join().unwrap();
+            }
+            assert_eq!(inside.load(Ordering::Relaxed), threads as u32);
+            assert_eq!(*lock.lock(), threads as u32);
+            assert_eq!(lock.word.load(Ordering::Relaxed), FREE);
+        });
+    }
+
+    #[test]
+    fn two_threads_never_hold_it_at_once_and_no_wake_up_is_lost() {
+        check(2, false);
+    }
+
+    #[test]
+    fn three_threads_never_hold_it_at_once_and_no_wake_up_is_lost() {
+        check(3, false);
+    }
+
+    #[test]
+    fn threads_taking_over_an_ancestors_lock_take_it_one_at_a_time() {
+        check(2, true);
     }
 }
