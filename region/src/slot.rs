@@ -13,7 +13,7 @@
 
 use crate::layout::{ProcessEntry, MAX_DEVICES, MAX_PROCESSES, SLOT_FREE, SLOT_LIVE};
 use crate::liveness;
-use crate::memory::{take_at_most, MemoryCap, OverCap};
+use crate::memory::{give_back, reap, record_in_slot, MemoryCap, OverCap};
 use crate::{Region, RegionError};
 use std::os::fd::AsFd;
 use std::sync::atomic::Ordering;
@@ -204,12 +204,7 @@ impl Region {
     /// slot's lock and local bit.
     fn free(&self, p: &ProcessEntry) {
         for (held, account) in p.memory.iter().zip(&self.layout().devices) {
-            // Relaxed: the swap takes the figure exactly once (read-modify-writes see the
-            // latest value); the subtraction is a counter with no data behind it. The slot's
-            // figure is taken first: if this process dies in between, the container keeps
-            // the bytes counted (a leak) rather than counting them back twice.
-            let bytes = held.swap(0, Ordering::Relaxed);
-            MemoryCap(account, None).release(bytes);
+            reap(&account.memory_used, held);
         }
         // Release: pairs with the Acquire load of the next claimer or reaper of the slot:
         // the counters are zero before the slot is seen free.
@@ -277,9 +272,7 @@ impl ProcessSlot {
             result = cap.reserve(bytes);
         }
         if result.is_ok() {
-            // Relaxed: a counter with no data behind it. Added after the container's count,
-            // so the slot never holds bytes the container does not count.
-            self.entry().memory[dev].fetch_add(bytes, Ordering::Relaxed);
+            record_in_slot(&self.entry().memory[dev], bytes);
         }
         result
     }
@@ -290,9 +283,8 @@ impl ProcessSlot {
         if dev >= MAX_DEVICES || !self.current() {
             return;
         }
-        let taken = take_at_most(&self.entry().memory[dev], bytes);
         if let Some(account) = self.region.account(dev) {
-            MemoryCap(account, None).release(taken);
+            give_back(&account.memory_used, &self.entry().memory[dev], bytes);
         }
     }
 
