@@ -219,8 +219,8 @@ fn rbac_grants_what_the_extender_calls() {
 }
 
 /// Whether every field of `original` is in `typed` with the same value: what the typed
-/// objects of the API (k8s-openapi, the newest version it knows) drop on reading is a field
-/// that version does not have, which a strict API server refuses.
+/// objects of the API drop on reading is a field that version does not have, which a
+/// strict API server refuses.
 fn assert_subset(original: &Value, typed: &Value, at: &str) {
     match (original, typed) {
         (Value::Object(a), Value::Object(b)) => {
@@ -241,42 +241,71 @@ fn assert_subset(original: &Value, typed: &Value, at: &str) {
     }
 }
 
-/// Reads a document into its typed object and back, failing on a field the API lacks.
+/// Reads a document into its typed object and back.
+fn again<T: serde::de::DeserializeOwned + serde::Serialize>(doc: &Value) -> Value {
+    let typed: T = serde_json::from_value(doc.clone()).unwrap_or_else(|e| panic!("{e}"));
+    serde_json::to_value(typed).unwrap()
+}
+
+/// The document `doc`, read into the typed object of its kind in the API types of
+/// `$api` (a version of k8s-openapi) and written back; `None` for a kind the list lacks.
+macro_rules! typed_in {
+    ($api:ident, $doc:expr) => {{
+        use $api::api::{apps, core, rbac};
+        use $api::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiextensions;
+        let doc: &Value = $doc;
+        match (
+            doc["apiVersion"].as_str().unwrap(),
+            doc["kind"].as_str().unwrap(),
+        ) {
+            ("v1", "ConfigMap") => Some(again::<core::v1::ConfigMap>(doc)),
+            ("v1", "Namespace") => Some(again::<core::v1::Namespace>(doc)),
+            ("v1", "ServiceAccount") => Some(again::<core::v1::ServiceAccount>(doc)),
+            ("v1", "Pod") => Some(again::<core::v1::Pod>(doc)),
+            ("apps/v1", "DaemonSet") => Some(again::<apps::v1::DaemonSet>(doc)),
+            ("apps/v1", "Deployment") => Some(again::<apps::v1::Deployment>(doc)),
+            ("rbac.authorization.k8s.io/v1", "ClusterRole") => {
+                Some(again::<rbac::v1::ClusterRole>(doc))
+            }
+            ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding") => {
+                Some(again::<rbac::v1::ClusterRoleBinding>(doc))
+            }
+            ("rbac.authorization.k8s.io/v1", "Role") => Some(again::<rbac::v1::Role>(doc)),
+            ("rbac.authorization.k8s.io/v1", "RoleBinding") => {
+                Some(again::<rbac::v1::RoleBinding>(doc))
+            }
+            ("apiextensions.k8s.io/v1", "CustomResourceDefinition") => {
+                Some(again::<apiextensions::CustomResourceDefinition>(doc))
+            }
+            _ => None,
+        }
+    }};
+}
+
+/// Reads a document into its typed object of the newest API and back, failing on a field
+/// the API lacks.
 fn assert_strict(file: &str, doc: &Value) {
-    use k8s_openapi::api::{apps, core, rbac, resource};
-    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiextensions;
-    fn again<T: serde::de::DeserializeOwned + serde::Serialize>(doc: &Value) -> Value {
-        let typed: T = serde_json::from_value(doc.clone()).unwrap_or_else(|e| panic!("{e}"));
-        serde_json::to_value(typed).unwrap()
-    }
-    let kind = (
-        doc["apiVersion"].as_str().unwrap(),
-        doc["kind"].as_str().unwrap(),
-    );
-    let typed = match kind {
-        ("v1", "ConfigMap") => again::<core::v1::ConfigMap>(doc),
-        ("v1", "Namespace") => again::<core::v1::Namespace>(doc),
-        ("v1", "ServiceAccount") => again::<core::v1::ServiceAccount>(doc),
-        ("apps/v1", "DaemonSet") => again::<apps::v1::DaemonSet>(doc),
-        ("apps/v1", "Deployment") => again::<apps::v1::Deployment>(doc),
-        ("rbac.authorization.k8s.io/v1", "ClusterRole") => again::<rbac::v1::ClusterRole>(doc),
-        ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding") => {
-            again::<rbac::v1::ClusterRoleBinding>(doc)
+    use k8s_openapi::api::resource;
+    let kind = doc["kind"].as_str().unwrap();
+    let typed = typed_in!(k8s_openapi, doc).unwrap_or_else(|| {
+        match (doc["apiVersion"].as_str().unwrap(), kind) {
+            ("resource.k8s.io/v1", "DeviceClass") => again::<resource::v1::DeviceClass>(doc),
+            ("resource.k8s.io/v1", "ResourceClaim") => again::<resource::v1::ResourceClaim>(doc),
+            ("resource.k8s.io/v1", "ResourceClaimTemplate") => {
+                again::<resource::v1::ResourceClaimTemplate>(doc)
+            }
+            other => panic!("{file}: no strict check for {other:?}"),
         }
-        ("rbac.authorization.k8s.io/v1", "Role") => again::<rbac::v1::Role>(doc),
-        ("rbac.authorization.k8s.io/v1", "RoleBinding") => again::<rbac::v1::RoleBinding>(doc),
-        ("apiextensions.k8s.io/v1", "CustomResourceDefinition") => {
-            again::<apiextensions::CustomResourceDefinition>(doc)
-        }
-        ("v1", "Pod") => again::<core::v1::Pod>(doc),
-        ("resource.k8s.io/v1", "DeviceClass") => again::<resource::v1::DeviceClass>(doc),
-        ("resource.k8s.io/v1", "ResourceClaim") => again::<resource::v1::ResourceClaim>(doc),
-        ("resource.k8s.io/v1", "ResourceClaimTemplate") => {
-            again::<resource::v1::ResourceClaimTemplate>(doc)
-        }
-        other => panic!("{file}: no strict check for {other:?}"),
-    };
-    assert_subset(doc, &typed, &format!("{file}: {}", kind.1));
+    });
+    assert_subset(doc, &typed, &format!("{file}: {kind}"));
+}
+
+/// The same in the API of Kubernetes 1.26, the oldest version supported.
+fn assert_strict_in_oldest(file: &str, doc: &Value) {
+    let kind = doc["kind"].as_str().unwrap();
+    let typed = typed_in!(k8s_openapi_oldest, doc)
+        .unwrap_or_else(|| panic!("{file}: no strict check in 1.26 for {kind}"));
+    assert_subset(doc, &typed, &format!("{file} (Kubernetes 1.26): {kind}"));
 }
 
 /// The API versions the manifests may use: all served by 1.26, the oldest supported
@@ -307,6 +336,7 @@ fn every_manifest_is_strictly_valid() {
             let group = doc["apiVersion"].as_str().unwrap();
             assert!(OLDEST_GROUPS.contains(&group), "{file}: {group}");
             assert_strict(file, &doc);
+            assert_strict_in_oldest(file, &doc);
         }
     }
 }
