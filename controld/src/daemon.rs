@@ -4,13 +4,13 @@
 //! stop it, leaving every region — and so every running application's limits — in place.
 
 use crate::config::{Config, ConfigError, DEFAULT_PATH};
+use crate::shared::Core;
 use crate::signals::BlockedSignals;
 use crate::state::{State, StateError};
-use crate::status::NodeStatus;
 use nix::sys::signal::Signal;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -20,56 +20,6 @@ pub const DEFAULT_STATE_DIR: &str = "/run/tessera";
 pub const SOCKET_NAME: &str = "control.sock";
 /// How often the watchdog looks where NVML is at hand (and at each status besides).
 const WATCHDOG_PERIOD: Duration = Duration::from_millis(250);
-
-/// Adds to a status what the regions cannot tell (the watchdog's GPU figures, real usage,
-/// unmanaged processes).
-pub type StatusEnricher = Box<dyn Fn(&mut NodeStatus) + Send + Sync>;
-
-/// What the daemon's threads share: the state, behind one lock, and the status enrichers.
-pub struct Core {
-    state: Mutex<State>,
-    enrichers: RwLock<Vec<StatusEnricher>>,
-}
-
-impl Core {
-    /// A core over `state`.
-    pub fn new(state: State) -> Core {
-        Core {
-            state: Mutex::new(state),
-            enrichers: RwLock::new(Vec::new()),
-        }
-    }
-
-    fn lock(&self) -> MutexGuard<'_, State> {
-        // A panic while holding the lock leaves the state consistent enough to go on with:
-        // every change to it is a single map insert or remove.
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Runs `f` on the state, holding its lock.
-    pub fn with_state<R>(&self, f: impl FnOnce(&mut State) -> R) -> R {
-        f(&mut self.lock())
-    }
-
-    /// The node now: the regions' view ([`State::node_status`]), then each enricher in turn.
-    /// What `controld status` and the metrics show.
-    pub fn node_status(&self) -> NodeStatus {
-        let mut status = self.lock().node_status();
-        let enrichers = self.enrichers.read().unwrap_or_else(|p| p.into_inner());
-        for enrich in enrichers.iter() {
-            enrich(&mut status);
-        }
-        status
-    }
-
-    /// Adds a step to [`Core::node_status`].
-    pub fn add_status_enricher(&self, enrich: StatusEnricher) {
-        self.enrichers
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(enrich);
-    }
-}
 
 /// How status names a container declaration the config asked for and the daemon refused.
 const REFUSED: &str = "config refused";

@@ -5,7 +5,7 @@
 //! second it checks every region's header (quarantining a spoiled one) and removes retired
 //! containers that have emptied.
 
-use crate::daemon::Core;
+use crate::shared::Core;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;

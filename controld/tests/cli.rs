@@ -22,15 +22,7 @@ fn help_lists_every_command_and_the_shared_flags() {
         let out = controld(args);
         let help = text(&out.stdout);
         assert_eq!(out.status.code(), Some(0), "{args:?}: {help}");
-        for command in [
-            "run",
-            "container",
-            "status",
-            "exec",
-            "cdi",
-            "demo",
-            "completions",
-        ] {
+        for command in ["run", "container", "status", "exec", "cdi", "completions"] {
             assert!(
                 help.contains(&format!("\n  {command} ")),
                 "{command}: {help}"
@@ -92,7 +84,7 @@ fn completions_come_from_the_same_declaration() {
     let out = controld(&["completions", "bash"]);
     let script = text(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    for word in ["container", "--state-dir", "--no-live", "--compute"] {
+    for word in ["container", "--state-dir", "--force", "--compute"] {
         assert!(script.contains(word), "{word} not offered");
     }
     let out = controld(&["completions", "tcsh"]);

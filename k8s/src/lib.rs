@@ -14,8 +14,9 @@
 //! the scheduler allocated into the same controld containers.
 //!
 //! In the cluster: the kube-scheduler extender ([`extender`]) that places pods on nodes and
-//! cards. [`sim`] is an in-process cluster (a fake API server, simulated nodes and cards, a
-//! scheduler loop that calls the extender over HTTP) for tests and benchmarks.
+//! cards. `sim` (with the cargo feature `sim`, which the tests and the benchmark turn on) is
+//! an in-process cluster (a fake API server, simulated nodes and cards, a scheduler loop that
+//! calls the extender over HTTP); the binary is built without it.
 
 pub mod annotations;
 pub mod cards;
@@ -30,5 +31,6 @@ pub mod podresources;
 pub mod pods;
 pub mod proto;
 pub mod requests;
+#[cfg(feature = "sim")]
 pub mod sim;
 pub mod uds;

@@ -4,6 +4,7 @@
 //! - [`SimNode`] is a private node (its own `SIMGPU_STATE`) and the environment that selects it.
 //! - [`compile_client`] compiles a C client from `tests/clients/` with gcc.
 //! - [`run_with_timeout`] runs a program without letting a hang hang the test suite.
+//! - [`TempDir`] is a test's own directory under the temp dir, removed when dropped.
 //! - [`timing_lock`] keeps timing-sensitive tests of one binary from running at the same time.
 //! - [`Container`] is one container on a node: its region file, its memory caps, and commands
 //!   that run with `libtessera.so` preloaded.
@@ -409,6 +410,34 @@ pub fn timing_lock() -> MutexGuard<'static, ()> {
     static LOCK: Mutex<()> = Mutex::new(());
     // A failed timing test must not fail the others: the lock guards no data.
     LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// A fresh directory under the temp dir for one test (`what` names it), removed with
+/// everything in it when dropped.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(what: &str) -> TempDir {
+        static SEQ: AtomicU64 = AtomicU64::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "tessera-test-{what}-{}-{}",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 /// A child process on a node, killed (SIGKILL) and reaped when dropped so that a failing

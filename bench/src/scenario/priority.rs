@@ -343,7 +343,7 @@ pub(super) fn online_offline(bins: &Bins, o: &Options) -> Result<Outcome, Scenar
     Ok(out)
 }
 
-/// `demo-mix`: the mix `controld demo` shows, every background container queueing deep: an
+/// `demo-mix`: the mix `tessera-demo` shows, every background container queueing deep: an
 /// online `burst:50` service (20 requests/s of five 1 ms kernels), an offline best-effort
 /// trainer and an offline `fixed:20` job. The fixed job at 20 ± 2 %; the service's p99
 /// within 1.10 × its p99 alone.

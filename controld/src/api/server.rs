@@ -6,7 +6,7 @@
 //! small, so hundreds of slow peers leave room for the CLI.
 
 use super::protocol::{Answer, Request, Response, BUSY, MAX_LINE};
-use crate::daemon::Core;
+use crate::shared::Core;
 use crate::state::{Origin, StateError};
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;

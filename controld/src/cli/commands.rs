@@ -2,7 +2,7 @@
 //! the daemon, print the answer.
 
 use super::connect::Target;
-use super::declaration::{DemoArgs, Limits, Place};
+use super::declaration::{Limits, Place};
 use super::error::CliError;
 use super::output::{json, print};
 use super::render::render_status;
@@ -124,23 +124,6 @@ pub fn cdi(target: &Target<'_>, output: Option<&Path>) -> Result<i32, CliError> 
         }
         None => print(&spec),
     }
-}
-
-/// `controld demo`: its own exit status (1 when a workload failed, 128 + N after signal N).
-pub fn demo(args: &DemoArgs) -> Result<i32, CliError> {
-    let seconds = match &args.seconds {
-        Some(text) => text
-            .parse()
-            .ok()
-            .filter(|&n| n > 0)
-            .ok_or_else(|| CliError::Seconds(text.clone()))?,
-        None => crate::demo::DEFAULT_SECONDS,
-    };
-    Ok(crate::demo::run(&crate::demo::Options {
-        seconds,
-        live: !args.no_live,
-        force_simgpu: args.simgpu,
-    })?)
 }
 
 /// `controld completions SHELL`: the completion script of `command`, this command line.

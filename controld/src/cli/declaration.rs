@@ -55,9 +55,6 @@ pub enum Command {
         #[arg(long, value_name = "FILE")]
         output: Option<PathBuf>,
     },
-    /// Three containers share one GPU (simgpu's when there is none): a live view, then a
-    /// summary.
-    Demo(DemoArgs),
     /// Print a completion script for SHELL (bash, zsh, fish, elvish or powershell).
     Completions {
         /// The shell.
@@ -149,20 +146,6 @@ pub struct ExecArgs {
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "CMD [ARGS...]")]
     pub command: Vec<OsString>,
-}
-
-/// `controld demo`.
-#[derive(Debug, Args)]
-pub struct DemoArgs {
-    /// How long the demo's workloads run, in whole seconds (default 15).
-    #[arg(long, value_name = "N")]
-    pub seconds: Option<String>,
-    /// Print only the start and the summary.
-    #[arg(long)]
-    pub no_live: bool,
-    /// Use a simulated GPU even where a real one is present.
-    #[arg(long)]
-    pub simgpu: bool,
 }
 
 #[cfg(test)]

@@ -1,6 +1,5 @@
 //! Why a command failed, for one line on stderr.
 
-use std::error::Error;
 use std::path::PathBuf;
 use tessera_controld::api::ClientError;
 use tessera_controld::config::ConfigError;
@@ -26,9 +25,6 @@ pub enum CliError {
     /// A compute policy or priority that does not read.
     #[error(transparent)]
     Policy(#[from] PolicyError),
-    /// `--seconds` of the demo that does not read.
-    #[error("--seconds {0}: give a whole number of seconds, like 15")]
-    Seconds(String),
     /// `container set` without a change.
     #[error("nothing to change; give --gpus, --memory, --compute, --priority or --timeslice")]
     NothingToChange,
@@ -47,9 +43,6 @@ pub enum CliError {
     /// `exec` could not run its command.
     #[error(transparent)]
     Exec(#[from] ExecError),
-    /// The demo could not run.
-    #[error(transparent)]
-    Demo(#[from] crate::demo::DemoError),
     /// A file could not be written.
     #[error("cannot write {what} to {}", path.display())]
     Write {
@@ -66,21 +59,9 @@ pub enum CliError {
 }
 
 impl CliError {
-    /// The message and every cause it does not already tell, on one line: `cannot write the
-    /// CDI spec to /etc/cdi/x.json: Permission denied (os error 13)`.
+    /// The message and every cause it does not already tell, on one line.
     pub fn chain(&self) -> String {
-        let mut line = self.to_string();
-        let mut cause = self.source();
-        while let Some(e) = cause {
-            let text = e.to_string();
-            // Most library errors name their cause in their own message already.
-            if !line.contains(&text) {
-                line += ": ";
-                line += &text;
-            }
-            cause = e.source();
-        }
-        line
+        tessera_controld::report::one_line(self)
     }
 }
 

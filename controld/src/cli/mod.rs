@@ -1,8 +1,8 @@
 //! The command line: its declaration ([`declaration`]), one short function per command
-//! ([`commands`]), each a thin client of the control socket (or, for `run` and `demo`, of the
-//! library's daemon), and errors as one line with their causes ([`error`]).
+//! ([`commands`]), each a thin client of the control socket (or, for `run`, of the library's
+//! daemon), and errors as one line with their causes ([`error`]).
 //!
-//! Exit status: 0, the command's own status (`exec`, `demo`), 1 when the command failed
+//! Exit status: 0, the command's own status (`exec`), 1 when the command failed
 //! (one line on stderr with the cause), 2 for a command line that does not parse (clap's
 //! message, with a hint for a misspelt command or flag).
 
@@ -77,7 +77,6 @@ fn run(cli: Cli) -> Result<i32, CliError> {
         Command::Cdi { socket, output } => {
             commands::cdi(&connect::Target { place, socket }, output.as_deref())
         }
-        Command::Demo(args) => commands::demo(&args),
         Command::Completions { shell } => commands::completions(shell, &mut Cli::command()),
     }
 }

@@ -6,43 +6,18 @@
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 use tessera_tests::{artifacts, run_with_timeout, Running, SimNode};
+
+/// Each test's own directory, removed when dropped.
+pub use tessera_tests::TempDir;
 
 /// The `controld` binary of this build (`libtessera.so` is built next to it).
 pub fn controld() -> PathBuf {
     // Builds simgpu, gpuload and libtessera.so into the same profile dir.
     let _ = artifacts();
     PathBuf::from(env!("CARGO_BIN_EXE_controld"))
-}
-
-/// A fresh directory under the temp dir, removed on drop.
-pub struct TempDir(pub PathBuf);
-
-impl TempDir {
-    pub fn new(what: &str) -> TempDir {
-        static SEQ: AtomicU64 = AtomicU64::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "controld-test-{what}-{}-{}",
-            std::process::id(),
-            SEQ.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 /// The context size these tests' caps are sized for (a real A100's is larger): the caps

@@ -1,9 +1,8 @@
 //! The cluster-scoped `GPU` custom resource (`tessera.dev/v1alpha1`): one object per physical
-//! card, kept by the node's plugin ([`publish`]). `kubectl get gpus` shows, per card, its
+//! card, kept by the node's plugin ([`crate::plugin::publish`]). `kubectl get gpus` shows, per card, its
 //! node, model, core allocated, memory allocated/total and the number of pods on it.
 
 pub mod printer;
-pub mod publish;
 
 use kube::CustomResource;
 use schemars::JsonSchema;

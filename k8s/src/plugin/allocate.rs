@@ -37,11 +37,6 @@ pub fn preload_file(host: &HostPaths) -> PathBuf {
     host.own_dir().join("ld.so.preload")
 }
 
-/// The host path mounted as a container's board: a link made at PreStart.
-pub fn board_link(host: &HostPaths, name: &str) -> PathBuf {
-    host.own_dir().join("boards").join(name)
-}
-
 /// The empty file offline containers get in place of the board.
 pub fn no_board(host: &HostPaths) -> PathBuf {
     host.own_dir().join("no-board")
@@ -49,7 +44,7 @@ pub fn no_board(host: &HostPaths) -> PathBuf {
 
 /// Writes the files every answer mounts.
 pub fn prepare_files(host: &HostPaths) -> std::io::Result<()> {
-    std::fs::create_dir_all(host.own_dir().join("boards"))?;
+    std::fs::create_dir_all(host.boards_dir())?;
     std::fs::write(preload_file(host), format!("{CONTAINER_LIBRARY}\n"))?;
     std::fs::write(no_board(host), b"")?;
     Ok(())
@@ -188,7 +183,7 @@ pub fn share_edits(host: &HostPaths, card: &Card, name: &str) -> ContainerAlloca
             true,
         ),
         mount(
-            &board_link(host, name),
+            &host.board_link(name),
             &format!("{CONTAINER_DIR}/{}", tessera_region::BOARD_FILE),
             false,
         ),

@@ -28,7 +28,7 @@ pub fn spec(
     answer: &ContainerAllocateResponse,
     online: bool,
 ) -> Value {
-    let board_link = super::allocate::board_link(host, name);
+    let board_link = host.board_link(name);
     let board = host.state_dir.join(tessera_region::BOARD_FILE);
     let mut env: Vec<String> = answer
         .envs

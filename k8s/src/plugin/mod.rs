@@ -6,6 +6,7 @@
 //! - [`service`] answers the kubelet: ListAndWatch (health from NVML), GetPreferredAllocation
 //!   ([`prefer`], on the card the scheduler recorded for the pod [`admitting`]), Allocate ([`allocate`]) and PreStartContainer ([`prestart`]), where the
 //!   pod is found through the pod-resources API and controld creates the container.
+//! - [`publish`] keeps this node's `GPU` objects ([`crate::gpu`]) up to date.
 //! - [`reconcile`] removes the containers of pods that are gone and rebuilds the table of
 //!   holders after a restart; [`resize`] follows the annotations of running pods.
 
@@ -15,6 +16,7 @@ pub mod cdi;
 pub mod holders;
 pub mod prefer;
 pub mod prestart;
+pub mod publish;
 pub mod reconcile;
 pub mod registration;
 pub mod resize;
@@ -65,6 +67,17 @@ impl HostPaths {
     /// Tessera's own files in the state dir: the preload list, the board links.
     pub fn own_dir(&self) -> PathBuf {
         self.state_dir.join("k8s")
+    }
+
+    /// Where the board links are, one per shared container.
+    pub fn boards_dir(&self) -> PathBuf {
+        self.own_dir().join("boards")
+    }
+
+    /// The host path mounted as a container's board: a link made at PreStart. Here, below
+    /// both the Allocate answer that mounts it and the CDI spec that replaces it.
+    pub fn board_link(&self, name: &str) -> PathBuf {
+        self.boards_dir().join(name)
     }
 }
 
@@ -150,7 +163,7 @@ pub async fn run(config: Config, kube: kube::Client) -> Result<(), String> {
     ));
     tokio::spawn(reconcile::run(node.clone()));
     tokio::spawn(resize::run(node.clone()));
-    tokio::spawn(crate::gpu::publish::run(node.clone()));
+    tokio::spawn(publish::run(node.clone()));
     registration::run(node).await;
     Ok(())
 }

@@ -3,7 +3,7 @@
 //! which IDs: never a guess), reads the pod's annotations, and has controld create the
 //! container with those limits, at the region path the Allocate answer already mounted.
 
-use super::allocate::{board_link, cards_of, no_board};
+use super::allocate::{cards_of, no_board};
 use super::holders::Holder;
 use super::{HostPaths, Node};
 use crate::annotations::{self, PodAsk};
@@ -293,7 +293,7 @@ pub async fn set_up(
 
 /// Points the container's board mount at the node's board (online) or at an empty file.
 fn link_board(host: &HostPaths, name: &str, online: bool) -> std::io::Result<()> {
-    let link = board_link(host, name);
+    let link = host.board_link(name);
     let board = host.state_dir.join(tessera_region::BOARD_FILE);
     let target = if online && board.exists() {
         board
@@ -310,7 +310,7 @@ fn link_board(host: &HostPaths, name: &str, online: bool) -> std::io::Result<()>
 
 /// Removes what was made on the host for a container: its board link and CDI spec.
 pub fn unlink_board(host: &HostPaths, name: &str) {
-    let _ = std::fs::remove_file(board_link(host, name));
+    let _ = std::fs::remove_file(host.board_link(name));
     super::cdi::remove(host, name);
 }
 

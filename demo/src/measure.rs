@@ -7,8 +7,9 @@
 //! node's snapshot, summed per container (by the pids the demo started). On a real GPU it is
 //! the daemon's own figure.
 
-use super::backend::Gpu;
-use super::workload::{Fleet, PLANS};
+use crate::backend::Gpu;
+use crate::plan::PLANS;
+use crate::workload::Fleet;
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 use tessera_controld::status::{ContainerDevice, NodeStatus};

@@ -1,8 +1,9 @@
 //! What the demo prints: the introduction, the live table (redrawn in place on a terminal),
 //! a plain line per second otherwise, and the summary.
 
-use super::measure::{Meter, Row};
-use super::workload::{Results, PLANS};
+use crate::measure::{Meter, Row};
+use crate::plan::PLANS;
+use crate::workload::Results;
 use serde_json::Value;
 use std::io::Write;
 use std::time::Duration;

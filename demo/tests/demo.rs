@@ -1,11 +1,17 @@
-//! `controld demo` on simgpu: it runs its three containers, prints a summary with the share
+//! `tessera-demo` on simgpu: it runs its three containers, prints a summary with the share
 //! each got, exits 0 and leaves nothing behind.
 
-mod support;
-
+use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
-use tessera_tests::run_with_timeout;
+use tessera_tests::{artifacts, run_with_timeout, TempDir};
+
+/// The `tessera-demo` binary of this build, with what it runs built beside it.
+fn demo() -> PathBuf {
+    // Builds simgpu, gpuload and libtessera.so into the same profile dir.
+    let _ = artifacts();
+    PathBuf::from(env!("CARGO_BIN_EXE_tessera-demo"))
+}
 
 const CONTAINERS: [&str; 3] = ["inference", "training", "batch"];
 
@@ -23,15 +29,15 @@ fn leftovers(tmp: &std::path::Path) -> Vec<String> {
 
 #[test]
 fn demo_runs_three_containers_and_sums_up() {
-    let tmp = support::TempDir::new("demo");
-    let mut cmd = Command::new(support::controld());
+    let tmp = TempDir::new("demo");
+    let mut cmd = Command::new(demo());
     for (key, _) in std::env::vars_os() {
         if key.to_string_lossy().starts_with("SIMGPU_") {
             cmd.env_remove(&key);
         }
     }
     // SIMGPU_DEVICES makes it use simgpu even on a machine with a GPU.
-    cmd.args(["demo", "--seconds", "4", "--no-live"])
+    cmd.args(["--seconds", "4", "--no-live"])
         .env("SIMGPU_DEVICES", "A100-80GB")
         .env("TMPDIR", tmp.path())
         .env_remove("LD_PRELOAD")
@@ -44,7 +50,7 @@ fn demo_runs_three_containers_and_sums_up() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         out.status.success(),
-        "controld demo failed ({}):\n{stdout}\n{stderr}",
+        "tessera-demo failed ({}):\n{stdout}\n{stderr}",
         out.status
     );
     // Its workloads run 4 s; anything near its 20 s grace means it hung.
@@ -82,7 +88,7 @@ fn demo_runs_three_containers_and_sums_up() {
 #[test]
 fn a_bad_duration_is_one_line() {
     let out = run_with_timeout(
-        Command::new(support::controld()).args(["demo", "--seconds", "soon"]),
+        Command::new(demo()).args(["--seconds", "soon"]),
         Duration::from_secs(30),
     );
     assert_eq!(out.status.code(), Some(1));

@@ -5,76 +5,15 @@
 //! alloc --hold`, like a model's weights), both started the way `controld exec` starts a
 //! command: `libtessera.so` preloaded, `TESSERA_REGION` naming the container's region.
 
-use super::backend::{Gpu, Programs, Workdir};
-use super::DemoError;
+use crate::backend::{Gpu, Programs, Workdir};
+use crate::error::DemoError;
+use crate::plan::Plan;
 use serde_json::Value;
 use std::ffi::OsString;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
-
-/// One container of the demo.
-pub struct Plan {
-    /// Its name.
-    pub name: &'static str,
-    /// What it stands for.
-    pub role: &'static str,
-    /// Its compute policy.
-    pub compute: &'static str,
-    /// `online` or `offline`.
-    pub priority: &'static str,
-    /// Its memory cap.
-    pub memory: &'static str,
-    /// Its workload: `gpuload` and its arguments (`--seconds` is added).
-    pub work: &'static [&'static str],
-    /// What the workload does, for people.
-    pub work_text: &'static str,
-    /// The memory its holder process keeps allocated.
-    pub holds: &'static str,
-}
-
-/// The three containers.
-pub const PLANS: [Plan; 3] = [
-    Plan {
-        name: "inference",
-        role: "online service",
-        compute: "burst:50",
-        priority: "online",
-        memory: "8GiB",
-        work: &[
-            "infer",
-            "--rate",
-            "20",
-            "--kernels",
-            "5",
-            "--kernel-ms",
-            "1",
-        ],
-        work_text: "20 requests/s, each 5 kernels of 1 ms",
-        holds: "6GiB",
-    },
-    Plan {
-        name: "training",
-        role: "offline trainer",
-        compute: "best-effort",
-        priority: "offline",
-        memory: "16GiB",
-        work: &["train", "--kernel-ms", "2"],
-        work_text: "2 ms kernels back to back",
-        holds: "12GiB",
-    },
-    Plan {
-        name: "batch",
-        role: "fixed-share job",
-        compute: "fixed:20",
-        priority: "offline",
-        memory: "4GiB",
-        work: &["train", "--kernel-ms", "1"],
-        work_text: "1 ms kernels back to back",
-        holds: "3GiB",
-    },
-];
 
 /// What every process of the demo runs with.
 #[derive(Clone, Copy)]

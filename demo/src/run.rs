@@ -1,28 +1,18 @@
-//! `controld demo`: three containers sharing one GPU, watched live, then summed up.
-//!
-//! On a machine without a GPU (or when asked) the GPU is simgpu's: a node of its own in a
-//! temporary directory, with one simulated H200. A daemon runs in this process on a
-//! temporary state dir; three containers are declared in its config — an online service, an
-//! offline trainer and a fixed-share job — and each runs `gpuload` processes the way
-//! `controld exec` runs a command. Every half second the view shows, per container, its
-//! policy, memory and share of GPU time; at the end a summary gives the averages, the peaks
-//! and the workloads' own reports. Everything it started is stopped and everything it made
-//! is removed, on Ctrl-C too.
+//! One run of the demo: the daemon in this process, the workloads started one at a time, the
+//! view redrawn while they run, the summary, and everything cleaned up after.
 
-mod backend;
-mod measure;
-mod view;
-mod workload;
-
-use backend::{Backend, Workdir};
-use measure::Meter;
+use crate::backend::{self, Backend, Workdir};
+use crate::error::DemoError;
+use crate::measure::Meter;
+use crate::plan::PLANS;
+use crate::view;
+use crate::workload::{Fleet, Kind, Setting};
 use nix::sys::signal::Signal;
 use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
 use tessera_controld::signals::BlockedSignals;
-use workload::{Fleet, Kind, Setting, PLANS};
 
-/// How `controld demo` was asked to run.
+/// How the demo was asked to run.
 #[derive(Debug, Clone)]
 pub struct Options {
     /// How long the workloads run.
@@ -56,28 +46,6 @@ const START_TIMEOUT: Duration = Duration::from_secs(30);
 const POLL: Duration = Duration::from_millis(50);
 /// How long the workloads may overrun their own duration before they are stopped.
 const GRACE: Duration = Duration::from_secs(20);
-
-/// Why the demo could not run.
-#[derive(Debug, thiserror::Error)]
-pub enum DemoError {
-    /// Programs it needs are not built.
-    #[error("{0}")]
-    Missing(String),
-    /// The temporary directory or the simulated node could not be made.
-    #[error("cannot prepare the demo: {0}")]
-    Setup(String),
-    /// The daemon did not start.
-    #[error("cannot start the demo's daemon: {0}")]
-    Daemon(#[from] tessera_controld::daemon::DaemonError),
-    /// A workload could not be started.
-    #[error("cannot start {what}: {source}")]
-    Spawn {
-        /// Which workload.
-        what: String,
-        /// The system's reason.
-        source: std::io::Error,
-    },
-}
 
 /// Runs the demo; returns the exit status (0, 1 when a workload failed, 128 + N when signal
 /// N stopped it).
@@ -161,11 +129,11 @@ pub fn run(options: &Options) -> Result<i32, DemoError> {
     drop(workdir);
     launched?;
     if let Some(sig) = stopped_by {
-        eprintln!("controld: the demo was stopped by signal {sig}; everything it started is stopped and removed");
+        eprintln!("tessera-demo: the demo was stopped by signal {sig}; everything it started is stopped and removed");
         return Ok(128 + sig);
     }
     if let Some(first) = failures.first() {
-        eprintln!("controld: {first}");
+        eprintln!("tessera-demo: {first}");
         return Ok(1);
     }
     Ok(0)

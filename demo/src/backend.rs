@@ -1,8 +1,8 @@
 //! Where the demo runs: a real GPU or a simulated node of its own, the programs it runs, and
 //! the temporary directory that holds its state (removed on drop).
 
-use super::workload::PLANS;
-use super::DemoError;
+use crate::error::DemoError;
+use crate::plan::PLANS;
 use std::ffi::{CStr, OsString};
 use std::path::{Path, PathBuf};
 
@@ -137,7 +137,7 @@ fn real_gpu_present() -> bool {
     }
 }
 
-/// The programs the demo runs, found beside the `controld` executable.
+/// The programs the demo runs, found beside the `tessera-demo` executable.
 pub struct Programs {
     /// `gpuload`.
     pub gpuload: PathBuf,
@@ -147,7 +147,7 @@ pub struct Programs {
     pub simulated: Option<(PathBuf, PathBuf)>,
 }
 
-/// The packages that build what the demo runs beside `controld`.
+/// The packages that build what the demo runs beside `tessera-demo`.
 const PACKAGES: [&str; 4] = [
     "tessera-bench",
     "tessera-intercept",
@@ -156,8 +156,8 @@ const PACKAGES: [&str; 4] = [
 ];
 
 impl Programs {
-    /// Finds them. Missing ones are built when `controld` runs under `cargo run` (which says
-    /// where the workspace is); otherwise the error says what to build.
+    /// Finds them. Missing ones are built when `tessera-demo` runs under `cargo run` (which
+    /// says where the workspace is); otherwise the error says what to build.
     pub fn find(backend: &Backend) -> Result<Programs, DemoError> {
         let exe = std::env::current_exe().map_err(|e| DemoError::Setup(e.to_string()))?;
         let dir = exe.parent().unwrap_or(Path::new("."));
@@ -230,7 +230,7 @@ fn build_under_cargo(dir: &Path, missing: &[String]) -> bool {
         cmd.args(["-p", package]);
     }
     eprintln!(
-        "controld: the demo needs {}; building them with cargo",
+        "tessera-demo: the demo needs {}; building them with cargo",
         missing.join(", ")
     );
     cmd.status().is_ok_and(|s| s.success())
@@ -294,7 +294,7 @@ impl Workdir {
 
     /// Writes the daemon's config, declaring the three containers; returns its path.
     pub fn write_config(&self) -> Result<PathBuf, DemoError> {
-        let mut text = String::from("# The containers of `controld demo`.\n");
+        let mut text = String::from("# The containers of `tessera-demo`.\n");
         for plan in PLANS {
             text += &format!(
                 "\n[[container]]\nname = \"{}\"\ngpus = [0]\nmemory = \"{}\"\ncompute = \"{}\"\npriority = \"{}\"\n",

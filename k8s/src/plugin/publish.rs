@@ -3,8 +3,8 @@
 //! memory and measured shares come from controld). Objects of this node for cards it no
 //! longer has are deleted.
 
-use super::{object_name, Amounts, GPUHolder, GPUSpec, GPUStatus, GPU};
-use crate::plugin::Node;
+use super::Node;
+use crate::gpu::{object_name, Amounts, GPUHolder, GPUSpec, GPUStatus, GPU};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use std::collections::HashMap;
 use std::sync::Arc;
