@@ -20,42 +20,29 @@
 //! figure is the wrapper's own cost rather than a kernel's.
 
 use criterion::{criterion_group, BenchmarkId, Criterion};
-use std::ffi::{c_char, c_int, c_uint, c_ulong, c_void, CStr, CString};
+use std::ffi::{c_char, c_int, c_ulong, c_void, CStr, CString};
 use std::hint::black_box;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::ptr::null_mut;
+use tessera_cuda_abi::{entry, CUDA_SUCCESS};
 
 /// Set in the re-executed benchmark, to the driver it measures: [`SIMGPU`] or [`STUB`].
 const CHILD: &str = "TESSERA_BENCH_WITH_DRIVER_ENV";
 const SIMGPU: &str = "simgpu";
 const STUB: &str = "stub";
 
-type Result = u32;
-type LaunchKernel = unsafe extern "C" fn(
-    *mut c_void,
-    c_uint,
-    c_uint,
-    c_uint,
-    c_uint,
-    c_uint,
-    c_uint,
-    c_uint,
-    *mut c_void,
-    *mut *mut c_void,
-    *mut *mut c_void,
-) -> Result;
-type MemAlloc = unsafe extern "C" fn(*mut u64, usize) -> Result;
-type MemFree = unsafe extern "C" fn(u64) -> Result;
-type MemGetInfo = unsafe extern "C" fn(*mut usize, *mut usize) -> Result;
+type LaunchKernel = entry::cuLaunchKernel::Pfn;
+type MemAlloc = entry::cuMemAlloc_v2::Pfn;
+type MemFree = entry::cuMemFree_v2::Pfn;
+type MemGetInfo = entry::cuMemGetInfo_v2::Pfn;
 type Dlsym = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
 type Ioctl = unsafe extern "C" fn(c_int, c_ulong, *mut c_void) -> c_int;
-type GetProcAddress =
-    unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64, *mut c_int) -> Result;
-type Init = unsafe extern "C" fn(c_uint) -> Result;
-type DeviceGet = unsafe extern "C" fn(*mut c_int, c_int) -> Result;
-type PrimaryCtxRetain = unsafe extern "C" fn(*mut *mut c_void, c_int) -> Result;
-type CtxSetCurrent = unsafe extern "C" fn(*mut c_void) -> Result;
+type GetProcAddress = entry::cuGetProcAddress_v2::Pfn;
+type Init = entry::cuInit::Pfn;
+type DeviceGet = entry::cuDeviceGet::Pfn;
+type PrimaryCtxRetain = entry::cuDevicePrimaryCtxRetain::Pfn;
+type CtxSetCurrent = entry::cuCtxSetCurrent::Pfn;
 
 /// One library, opened with `dlopen`.
 struct Library {
@@ -89,7 +76,7 @@ impl Library {
         let p = unsafe { libc::dlsym(self.handle, c.as_ptr()) };
         assert!(!p.is_null(), "{} has no {symbol}", self.name);
         // SAFETY: F is a function pointer type of the same size, naming the symbol's own
-        // signature (declared above from the driver API).
+        // signature (the ABI crate's, above).
         unsafe { std::mem::transmute_copy(&p) }
     }
 }
@@ -210,10 +197,14 @@ fn libraries() -> &'static Libraries {
         let mut ctx = null_mut();
         // SAFETY: driver calls with valid out-pointers.
         unsafe {
-            assert_eq!(init(0), 0, "cuInit");
-            assert_eq!(device_get(&mut dev, 0), 0, "cuDeviceGet");
-            assert_eq!(retain(&mut ctx, dev), 0, "cuDevicePrimaryCtxRetain");
-            assert_eq!(set_current(ctx), 0, "cuCtxSetCurrent");
+            assert_eq!(init(0), CUDA_SUCCESS, "cuInit");
+            assert_eq!(device_get(&mut dev, 0), CUDA_SUCCESS, "cuDeviceGet");
+            assert_eq!(
+                retain(&mut ctx, dev),
+                CUDA_SUCCESS,
+                "cuDevicePrimaryCtxRetain"
+            );
+            assert_eq!(set_current(ctx), CUDA_SUCCESS, "cuCtxSetCurrent");
         }
         Libraries { driver, tessera }
     })
@@ -268,8 +259,8 @@ fn alloc_free(c: &mut Criterion) {
                 let mut p = 0u64;
                 // SAFETY: a valid out-pointer; the allocation is freed at once.
                 unsafe {
-                    assert_eq!(alloc(&mut p, black_box(1 << 20)), 0);
-                    assert_eq!(free(p), 0);
+                    assert_eq!(alloc(&mut p, black_box(1 << 20)), CUDA_SUCCESS);
+                    assert_eq!(free(p), CUDA_SUCCESS);
                 }
             })
         });

@@ -7,24 +7,18 @@ use std::ffi::{c_char, c_int, c_uint, c_void, CStr, CString};
 use std::fmt;
 use std::sync::OnceLock;
 
-pub type CUresult = c_uint;
-pub type CUdevice = c_int;
-pub type CUdeviceptr = u64;
-pub type CUcontext = *mut c_void;
-pub type CUmodule = *mut c_void;
-pub type CUfunction = *mut c_void;
-pub type CUstream = *mut c_void;
-pub type CUevent = *mut c_void;
-pub type CUgraph = *mut c_void;
-pub type CUgraphExec = *mut c_void;
-
-pub const CUDA_SUCCESS: CUresult = 0;
-pub const CUDA_ERROR_OUT_OF_MEMORY: CUresult = 2;
-pub const CUDA_ERROR_NOT_READY: CUresult = 600;
+use tessera_cuda_abi::entry;
+use tessera_cuda_abi::proc_address::{
+    CU_GET_PROC_ADDRESS_DEFAULT, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,
+};
+pub use tessera_cuda_abi::{
+    CUcontext, CUdevice, CUdeviceptr, CUevent, CUfunction, CUgraph, CUgraphExec, CUmodule,
+    CUresult, CUstream, CUDA_ERROR_NOT_READY, CUDA_ERROR_OUT_OF_MEMORY, CUDA_SUCCESS,
+};
 
 /// `CU_STREAM_PER_THREAD`: the calling thread's per-thread default stream, a handle valid
 /// for every entry point.
-pub const CU_STREAM_PER_THREAD: CUstream = 2 as CUstream;
+pub const CU_STREAM_PER_THREAD: CUstream = tessera_cuda_abi::CU_STREAM_PER_THREAD as CUstream;
 /// `cuStreamCreate` flag: the stream does not synchronize with the legacy default stream.
 pub const CU_STREAM_NON_BLOCKING: c_uint = 0x1;
 /// `CUstreamCaptureMode`: relaxed capture (other threads' unsafe calls are not checked).
@@ -36,20 +30,13 @@ pub const CU_EVENT_DISABLE_TIMING: c_uint = 0x2;
 
 /// The CUDA version whose ABI the entry points are requested for (12.0).
 pub const CUDA_VERSION: c_int = 12000;
-/// `CU_GET_PROC_ADDRESS_DEFAULT`: legacy default-stream semantics, as a program built without
-/// per-thread default streams gets.
-const PROC_ADDRESS_FLAGS: u64 = 0;
-/// `CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM`: what a program built with
-/// `--default-stream per-thread` gets (the `_ptsz` entry points).
-const PROC_ADDRESS_PER_THREAD: u64 = 2;
+/// Legacy default-stream semantics, as a program built without per-thread default streams
+/// gets.
+const PROC_ADDRESS_FLAGS: u64 = CU_GET_PROC_ADDRESS_DEFAULT;
+/// What a program built with `--default-stream per-thread` gets (the `_ptsz` entry points).
+const PROC_ADDRESS_PER_THREAD: u64 = CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
 
-type GetProcAddress = unsafe extern "C" fn(
-    symbol: *const c_char,
-    pfn: *mut *mut c_void,
-    cuda_version: c_int,
-    flags: u64,
-    symbol_status: *mut c_int,
-) -> CUresult;
+type GetProcAddress = entry::cuGetProcAddress_v2::Pfn;
 
 /// Why the driver could not be loaded.
 #[derive(Debug)]
@@ -105,14 +92,15 @@ impl fmt::Display for DriverError {
 
 impl std::error::Error for DriverError {}
 
-/// Declares the table of entry points once: each becomes a typed field, named and resolved by
-/// its base name.
+/// Declares the entry points the workloads call, each by the symbol a program built for
+/// [`CUDA_VERSION`] gets: a typed field of that name, of the ABI crate's signature, resolved
+/// by the ABI crate's base name of the symbol.
 macro_rules! driver_api {
-    ($( fn $name:ident ( $($arg:ident : $ty:ty),* $(,)? ); )*) => {
+    ($( $name:ident, )*) => {
         /// The resolved entry points.
         #[allow(non_snake_case)]
         pub struct Api {
-            $( pub $name: unsafe extern "C" fn($($ty),*) -> CUresult, )*
+            $( pub $name: entry::$name::Pfn, )*
         }
 
         impl Api {
@@ -123,69 +111,60 @@ macro_rules! driver_api {
             unsafe fn resolve(get: GetProcAddress) -> Result<Api, LoadError> {
                 Ok(Api {
                     $( $name: {
+                        let base = entry::$name::KEY.base;
                         // SAFETY: the caller passes the real cuGetProcAddress_v2.
-                        let pfn = unsafe { proc_address(get, stringify!($name), PROC_ADDRESS_FLAGS)? };
+                        let pfn = unsafe { proc_address(get, base, PROC_ADDRESS_FLAGS)? };
                         // SAFETY: the driver returns the entry point for this base name at
-                        // CUDA_VERSION, whose C signature is the one declared here.
-                        unsafe {
-                            std::mem::transmute::<*mut c_void, unsafe extern "C" fn($($ty),*) -> CUresult>(pfn)
-                        }
+                        // CUDA_VERSION, which is this symbol (tested below), of this signature.
+                        unsafe { std::mem::transmute::<*mut c_void, entry::$name::Pfn>(pfn) }
                     }, )*
                 })
             }
         }
+
+        /// The symbols of [`Api`], for the test that each is what its base name resolves to.
+        #[cfg(test)]
+        const API_SYMBOLS: &[&tessera_cuda_abi::ProcKey] = &[$( &entry::$name::KEY, )*];
     };
 }
 
 driver_api! {
-    fn cuGetErrorName(error: CUresult, name: *mut *const c_char);
-    fn cuGetErrorString(error: CUresult, text: *mut *const c_char);
-    fn cuInit(flags: c_uint);
-    fn cuDriverGetVersion(version: *mut c_int);
-    fn cuDeviceGetCount(count: *mut c_int);
-    fn cuDeviceGet(device: *mut CUdevice, ordinal: c_int);
-    fn cuDeviceGetName(name: *mut c_char, length: c_int, device: CUdevice);
-    fn cuDeviceTotalMem(bytes: *mut usize, device: CUdevice);
-    fn cuDevicePrimaryCtxRetain(context: *mut CUcontext, device: CUdevice);
-    fn cuDevicePrimaryCtxRelease(device: CUdevice);
-    fn cuCtxSetCurrent(context: CUcontext);
-    fn cuCtxSynchronize();
-    fn cuMemGetInfo(free: *mut usize, total: *mut usize);
-    fn cuMemAlloc(ptr: *mut CUdeviceptr, bytes: usize);
-    fn cuMemFree(ptr: CUdeviceptr);
-    fn cuMemcpyHtoD(dst: CUdeviceptr, src: *const c_void, bytes: usize);
-    fn cuMemcpyDtoH(dst: *mut c_void, src: CUdeviceptr, bytes: usize);
-    fn cuModuleLoadData(module: *mut CUmodule, image: *const c_void);
-    fn cuModuleUnload(module: CUmodule);
-    fn cuModuleGetFunction(function: *mut CUfunction, module: CUmodule, name: *const c_char);
-    fn cuLaunchKernel(
-        function: CUfunction,
-        grid_x: c_uint,
-        grid_y: c_uint,
-        grid_z: c_uint,
-        block_x: c_uint,
-        block_y: c_uint,
-        block_z: c_uint,
-        shared_bytes: c_uint,
-        stream: CUstream,
-        params: *mut *mut c_void,
-        extra: *mut *mut c_void,
-    );
-    fn cuStreamCreate(stream: *mut CUstream, flags: c_uint);
-    fn cuStreamDestroy(stream: CUstream);
-    fn cuStreamSynchronize(stream: CUstream);
-    fn cuStreamBeginCapture(stream: CUstream, mode: c_uint);
-    fn cuStreamEndCapture(stream: CUstream, graph: *mut CUgraph);
-    fn cuGraphInstantiateWithFlags(exec: *mut CUgraphExec, graph: CUgraph, flags: u64);
-    fn cuGraphLaunch(exec: CUgraphExec, stream: CUstream);
-    fn cuGraphExecDestroy(exec: CUgraphExec);
-    fn cuGraphDestroy(graph: CUgraph);
-    fn cuEventCreate(event: *mut CUevent, flags: c_uint);
-    fn cuEventDestroy(event: CUevent);
-    fn cuEventRecord(event: CUevent, stream: CUstream);
-    fn cuEventQuery(event: CUevent);
-    fn cuEventSynchronize(event: CUevent);
-    fn cuEventElapsedTime(ms: *mut f32, start: CUevent, end: CUevent);
+    cuGetErrorName,
+    cuGetErrorString,
+    cuInit,
+    cuDriverGetVersion,
+    cuDeviceGetCount,
+    cuDeviceGet,
+    cuDeviceGetName,
+    cuDeviceTotalMem_v2,
+    cuDevicePrimaryCtxRetain,
+    cuDevicePrimaryCtxRelease_v2,
+    cuCtxSetCurrent,
+    cuCtxSynchronize,
+    cuMemGetInfo_v2,
+    cuMemAlloc_v2,
+    cuMemFree_v2,
+    cuMemcpyHtoD_v2,
+    cuMemcpyDtoH_v2,
+    cuModuleLoadData,
+    cuModuleUnload,
+    cuModuleGetFunction,
+    cuLaunchKernel,
+    cuStreamCreate,
+    cuStreamDestroy_v2,
+    cuStreamSynchronize,
+    cuStreamBeginCapture_v2,
+    cuStreamEndCapture,
+    cuGraphInstantiateWithFlags,
+    cuGraphLaunch,
+    cuGraphExecDestroy,
+    cuGraphDestroy,
+    cuEventCreate,
+    cuEventDestroy_v2,
+    cuEventRecord,
+    cuEventQuery,
+    cuEventSynchronize,
+    cuEventElapsedTime,
 }
 
 /// Resolves one base name.
@@ -218,20 +197,8 @@ pub struct Driver {
     per_thread: PerThread,
 }
 
-/// `cuLaunchKernel`'s C signature.
-pub type LaunchKernel = unsafe extern "C" fn(
-    CUfunction,
-    c_uint,
-    c_uint,
-    c_uint,
-    c_uint,
-    c_uint,
-    c_uint,
-    c_uint,
-    CUstream,
-    *mut *mut c_void,
-    *mut *mut c_void,
-) -> CUresult;
+/// `cuLaunchKernel`'s C signature (and its `_ptsz` twin's).
+pub type LaunchKernel = entry::cuLaunchKernel::Pfn;
 
 /// The entry points a program built for per-thread default streams gets: with them the null
 /// stream is the calling thread's own default stream.
@@ -265,10 +232,13 @@ impl Driver {
         let get = unsafe { std::mem::transmute::<*mut c_void, GetProcAddress>(get) };
         // SAFETY: `get` is the driver's cuGetProcAddress_v2.
         let api = unsafe { Api::resolve(get)? };
+        let base = entry::cuLaunchKernel_ptsz::KEY.base;
         // SAFETY: `get` is the driver's cuGetProcAddress_v2.
-        let pfn = unsafe { proc_address(get, "cuLaunchKernel", PROC_ADDRESS_PER_THREAD)? };
-        // SAFETY: the per-thread form of cuLaunchKernel has the same C signature.
-        let launch = unsafe { std::mem::transmute::<*mut c_void, LaunchKernel>(pfn) };
+        let pfn = unsafe { proc_address(get, base, PROC_ADDRESS_PER_THREAD)? };
+        // SAFETY: the driver answers the per-thread flavour, cuLaunchKernel_ptsz (tested
+        // below), of this signature.
+        let launch =
+            unsafe { std::mem::transmute::<*mut c_void, entry::cuLaunchKernel_ptsz::Pfn>(pfn) };
         let per_thread = PerThread {
             cuLaunchKernel: launch,
         };
@@ -302,11 +272,7 @@ impl Driver {
         })
     }
 
-    fn describe(
-        &self,
-        lookup: unsafe extern "C" fn(CUresult, *mut *const c_char) -> CUresult,
-        code: CUresult,
-    ) -> Option<String> {
+    fn describe(&self, lookup: entry::cuGetErrorName::Pfn, code: CUresult) -> Option<String> {
         let mut text: *const c_char = std::ptr::null();
         // SAFETY: `text` is a valid out-pointer; the driver writes a static string or fails.
         let r = unsafe { lookup(code, &mut text) };
@@ -509,6 +475,23 @@ impl Nvml {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn api_symbols_are_what_their_base_names_resolve_to() {
+        for key in API_SYMBOLS
+            .iter()
+            .copied()
+            .chain([&entry::cuLaunchKernel_ptsz::KEY])
+        {
+            let got = tessera_cuda_abi::proc_address::resolve(
+                key.base.as_bytes(),
+                CUDA_VERSION as u32,
+                key.per_thread,
+            )
+            .map(|e| e.key);
+            assert_eq!(got, Ok(*key), "{} at CUDA {CUDA_VERSION}", key.base);
+        }
+    }
 
     #[test]
     fn process_entries_are_read_at_the_size_nvml_wrote() {

@@ -141,7 +141,7 @@ impl Gpu {
     pub fn memory_info(&self) -> Result<MemoryInfo> {
         let (mut free, mut total) = (0usize, 0usize);
         // SAFETY: both are valid out-pointers.
-        let r = unsafe { (self.driver.api().cuMemGetInfo)(&mut free, &mut total) };
+        let r = unsafe { (self.driver.api().cuMemGetInfo_v2)(&mut free, &mut total) };
         self.check("cuMemGetInfo", r)?;
         Ok(MemoryInfo {
             free: free as u64,
@@ -153,7 +153,7 @@ impl Gpu {
     pub fn alloc(&self, bytes: u64) -> Result<DeviceBuffer<'_>> {
         let mut ptr: CUdeviceptr = 0;
         // SAFETY: `ptr` is a valid out-pointer.
-        let r = unsafe { (self.driver.api().cuMemAlloc)(&mut ptr, bytes as usize) };
+        let r = unsafe { (self.driver.api().cuMemAlloc_v2)(&mut ptr, bytes as usize) };
         self.check("cuMemAlloc", r)?;
         Ok(DeviceBuffer {
             gpu: self,
@@ -208,7 +208,7 @@ impl Gpu {
 impl Drop for Gpu {
     fn drop(&mut self) {
         // SAFETY: the primary context was retained by `open`; this is the matching release.
-        unsafe { (self.driver.api().cuDevicePrimaryCtxRelease)(self.device) };
+        unsafe { (self.driver.api().cuDevicePrimaryCtxRelease_v2)(self.device) };
     }
 }
 
@@ -238,7 +238,11 @@ impl DeviceBuffer<'_> {
         );
         // SAFETY: `src` is readable for its length, which fits in the allocation.
         let r = unsafe {
-            (self.gpu.driver.api().cuMemcpyHtoD)(self.ptr, src.as_ptr().cast::<c_void>(), src.len())
+            (self.gpu.driver.api().cuMemcpyHtoD_v2)(
+                self.ptr,
+                src.as_ptr().cast::<c_void>(),
+                src.len(),
+            )
         };
         self.gpu.check("cuMemcpyHtoD", r)
     }
@@ -251,7 +255,7 @@ impl DeviceBuffer<'_> {
         );
         // SAFETY: `dst` is writable for its length, which fits in the allocation.
         let r = unsafe {
-            (self.gpu.driver.api().cuMemcpyDtoH)(
+            (self.gpu.driver.api().cuMemcpyDtoH_v2)(
                 dst.as_mut_ptr().cast::<c_void>(),
                 self.ptr,
                 dst.len(),
@@ -264,7 +268,7 @@ impl DeviceBuffer<'_> {
 impl Drop for DeviceBuffer<'_> {
     fn drop(&mut self) {
         // SAFETY: `ptr` came from cuMemAlloc and is freed only here.
-        unsafe { (self.gpu.driver.api().cuMemFree)(self.ptr) };
+        unsafe { (self.gpu.driver.api().cuMemFree_v2)(self.ptr) };
     }
 }
 
@@ -291,7 +295,7 @@ impl Stream<'_> {
 impl Drop for Stream<'_> {
     fn drop(&mut self) {
         // SAFETY: `raw` came from cuStreamCreate and is destroyed only here.
-        unsafe { (self.gpu.driver.api().cuStreamDestroy)(self.raw) };
+        unsafe { (self.gpu.driver.api().cuStreamDestroy_v2)(self.raw) };
     }
 }
 
@@ -350,6 +354,6 @@ impl Event<'_> {
 impl Drop for Event<'_> {
     fn drop(&mut self) {
         // SAFETY: `raw` came from cuEventCreate and is destroyed only here.
-        unsafe { (self.gpu.driver.api().cuEventDestroy)(self.raw) };
+        unsafe { (self.gpu.driver.api().cuEventDestroy_v2)(self.raw) };
     }
 }

@@ -15,9 +15,8 @@ use crate::hooks::real;
 use std::cell::Cell;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicU32, Ordering};
+use tessera_cuda_abi::CUDA_SUCCESS;
 use tessera_region::MAX_DEVICES;
-
-const SUCCESS: u32 = 0;
 
 /// A thread's current context, as the driver gave it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,8 +55,8 @@ fn ask(now: u32) -> Option<Current> {
     let mut dev: i32 = -1;
     // SAFETY: both functions write one value to the valid locals passed.
     let ok = unsafe {
-        real::cuCtxGetCurrent::real()?(&mut ctx) == SUCCESS
-            && real::cuCtxGetDevice::real()?(&mut dev) == SUCCESS
+        real::cuCtxGetCurrent::real()?(&mut ctx) == CUDA_SUCCESS
+            && real::cuCtxGetDevice::real()?(&mut dev) == CUDA_SUCCESS
     };
     let ordinal = usize::try_from(dev).ok().filter(|&d| d < MAX_DEVICES)?;
     if !ok || ctx.is_null() {

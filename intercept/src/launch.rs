@@ -5,9 +5,7 @@
 use crate::compute;
 use crate::hooks::real;
 use std::ffi::c_void;
-
-/// Offset of `hStream` in `CUlaunchConfig`: after seven `unsigned int`s, pointer-aligned.
-const LAUNCH_CONFIG_STREAM: usize = 32;
+use tessera_cuda_abi::CUlaunchConfig;
 
 /// Runs `launch` of `work` (the kernel's function, or the executable graph) through the gate
 /// for `stream`.
@@ -108,7 +106,7 @@ pub(crate) unsafe fn launch_cooperative_kernel<const PER_THREAD: bool>(
 #[inline(always)]
 pub(crate) unsafe fn launch_kernel_ex<const PER_THREAD: bool>(
     real: real::cuLaunchKernelEx::Real,
-    config: *const c_void,
+    config: *const CUlaunchConfig,
     f: *mut c_void,
     params: *mut *mut c_void,
     extra: *mut *mut c_void,
@@ -116,15 +114,9 @@ pub(crate) unsafe fn launch_kernel_ex<const PER_THREAD: bool>(
     let stream = if config.is_null() {
         std::ptr::null_mut()
     } else {
-        // SAFETY: a non-null config is a CUlaunchConfig, whose stream handle is at this
-        // pointer-aligned offset; read without assuming more alignment than the driver does.
-        unsafe {
-            config
-                .cast::<u8>()
-                .add(LAUNCH_CONFIG_STREAM)
-                .cast::<*mut c_void>()
-                .read_unaligned()
-        }
+        // SAFETY: a non-null config is a CUlaunchConfig by the contract; only its stream
+        // handle is read, without assuming more alignment than the driver does.
+        unsafe { (&raw const (*config).stream).read_unaligned() }
     };
     gated(stream, PER_THREAD, f, || {
         // SAFETY: the caller's arguments, passed on to the function they were meant for.

@@ -13,7 +13,7 @@
 use std::ffi::{c_uint, c_void};
 
 /// `NVML_SUCCESS`.
-const SUCCESS: u32 = 0;
+pub(crate) const NVML_SUCCESS: u32 = 0;
 /// `NVML_ERROR_INSUFFICIENT_SIZE`.
 pub(crate) const INSUFFICIENT_SIZE: u32 = 7;
 /// `NVML_VALUE_NOT_AVAILABLE`: the memory of a process NVML cannot attribute (another
@@ -111,7 +111,7 @@ pub(crate) unsafe fn read(
         // for `room` entries of any size it has used; it writes the number to our local.
         let rc = unsafe { query(device, &mut count, bytes.as_mut_ptr().cast()) };
         match rc {
-            SUCCESS => {
+            NVML_SUCCESS => {
                 let count = (count as usize).min(room);
                 let entry = entry_size(&bytes, count, nominal);
                 bytes.truncate(count * entry);

@@ -11,12 +11,8 @@
 use crate::hooks;
 use crate::hooks::real;
 use std::ffi::{c_char, c_int, c_void, CStr};
-
-/// `CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM`: the `_ptsz`/`_ptds` variants.
-const PER_THREAD_DEFAULT_STREAM: u64 = 1 << 1;
-
-/// `CU_GET_PROC_ADDRESS_SUCCESS`.
-const FOUND: c_int = 0;
+use tessera_cuda_abi::proc_address::CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
+use tessera_cuda_abi::{QueryResult, CUDA_SUCCESS};
 
 /// # Safety
 /// `real` is the driver's `cuGetProcAddress`; the arguments are the caller's.
@@ -29,7 +25,7 @@ pub(crate) unsafe fn get_proc_address(
 ) -> u32 {
     // SAFETY: the caller's arguments, passed on.
     let rc = unsafe { real(symbol, pfn, cuda_version, flags) };
-    if rc == 0 {
+    if rc == CUDA_SUCCESS {
         // SAFETY: the driver accepted the arguments: `symbol` is a string, `pfn` writable.
         unsafe { substitute(symbol, pfn, cuda_version, flags) };
     }
@@ -48,8 +44,11 @@ pub(crate) unsafe fn get_proc_address_v2(
 ) -> u32 {
     // SAFETY: the caller's arguments, passed on.
     let rc = unsafe { real(symbol, pfn, cuda_version, flags, symbol_status) };
-    // SAFETY: non-null, and the driver just wrote it.
-    if rc == 0 && (symbol_status.is_null() || unsafe { *symbol_status } == FOUND) {
+    let found = rc == CUDA_SUCCESS
+        && (symbol_status.is_null()
+            // SAFETY: non-null, and the driver just wrote it.
+            || unsafe { *symbol_status } == QueryResult::Success as c_int);
+    if found {
         // SAFETY: as in `get_proc_address`.
         unsafe { substitute(symbol, pfn, cuda_version, flags) };
     }
@@ -75,7 +74,7 @@ unsafe fn substitute(
     };
     // SAFETY: non-null and NUL-terminated, by the contract.
     let base = unsafe { CStr::from_ptr(symbol) }.to_bytes();
-    let per_thread = flags & PER_THREAD_DEFAULT_STREAM != 0;
+    let per_thread = flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM != 0;
     if let Some(hook) = hooks::for_proc_address(&hooks::HOOKS, base, version, per_thread) {
         // SAFETY: valid for writes, by the contract.
         unsafe { *pfn = hook.wrapper.as_ptr() };

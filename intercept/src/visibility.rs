@@ -30,6 +30,7 @@
 
 use crate::container;
 use crate::hooks::real;
+use crate::nvml_list::NVML_SUCCESS;
 use std::ffi::{c_char, c_uint, c_void, CString};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Once;
@@ -135,8 +136,6 @@ pub(crate) unsafe fn init(real: real::cuInit::Real, flags: u32) -> u32 {
     unsafe { real(flags) }
 }
 
-/// `CUDA_SUCCESS` and `NVML_SUCCESS`.
-const SUCCESS: u32 = 0;
 /// `NVML_ERROR_INVALID_ARGUMENT`.
 const NVML_INVALID_ARGUMENT: u32 = 2;
 /// `NVML_ERROR_NOT_FOUND`.
@@ -168,7 +167,7 @@ fn nvml_handle_of(uuid: &[u8; 16]) -> Option<*mut c_void> {
     let text = tessera_region::uuid::text(uuid);
     let mut handle = std::ptr::null_mut();
     // SAFETY: a NUL-terminated string; writes one handle to our local.
-    (unsafe { find(text.as_ptr().cast(), &mut handle) } == SUCCESS).then_some(handle)
+    (unsafe { find(text.as_ptr().cast(), &mut handle) } == NVML_SUCCESS).then_some(handle)
 }
 
 /// The UUID NVML gives `device`.
@@ -176,7 +175,7 @@ fn nvml_uuid_of(device: *mut c_void) -> Option<[u8; 16]> {
     let get = real::nvmlDeviceGetUUID::real()?;
     let mut text = [0u8; 96];
     // SAFETY: device is a handle NVML gave; NVML writes at most `len` bytes, NUL included.
-    if unsafe { get(device, text.as_mut_ptr().cast(), text.len() as c_uint) } != SUCCESS {
+    if unsafe { get(device, text.as_mut_ptr().cast(), text.len() as c_uint) } != NVML_SUCCESS {
         return None;
     }
     let end = text.iter().position(|&b| b == 0)?;
@@ -219,7 +218,7 @@ fn position(mask: u32, index: u32) -> Option<u32> {
 pub(crate) unsafe fn nvml_count(real: real::nvmlDeviceGetCount::Real, count: *mut c_uint) -> u32 {
     // SAFETY: the caller's argument, passed on.
     let rc = unsafe { real(count) };
-    if rc == SUCCESS && !count.is_null() {
+    if rc == NVML_SUCCESS && !count.is_null() {
         if let Some(mask) = given() {
             let visible = match given_uuids(mask) {
                 // Those NVML knows: in a container, those the runtime shows it.
@@ -254,7 +253,7 @@ pub(crate) unsafe fn nvml_handle_by_index(
             Some(handle) if !device.is_null() => {
                 // SAFETY: non-null; the caller's out-pointer for one handle.
                 unsafe { device.write(handle) };
-                SUCCESS
+                NVML_SUCCESS
             }
             _ => NVML_INVALID_ARGUMENT,
         };
@@ -271,7 +270,7 @@ fn nvml_node_index(device: *mut c_void) -> Option<u32> {
     let index = real::nvmlDeviceGetIndex::real()?;
     let mut i = 0u32;
     // SAFETY: device is a handle NVML just gave; writes one unsigned int to our local.
-    (unsafe { index(device, &mut i) } == SUCCESS).then_some(i)
+    (unsafe { index(device, &mut i) } == NVML_SUCCESS).then_some(i)
 }
 
 /// A handle NVML found by a name (UUID, PCI bus id): refused if the device is hidden.
@@ -280,7 +279,7 @@ fn nvml_node_index(device: *mut c_void) -> Option<u32> {
 /// `device` is the caller's out-pointer, written by NVML when `rc` is success.
 unsafe fn only_given(rc: u32, device: *mut *mut c_void) -> u32 {
     let Some(mask) = given() else { return rc };
-    if rc != SUCCESS || device.is_null() {
+    if rc != NVML_SUCCESS || device.is_null() {
         return rc;
     }
     // SAFETY: non-null, and NVML has just written the handle there.
@@ -323,7 +322,7 @@ pub(crate) unsafe fn nvml_index(
     // SAFETY: the caller's arguments, passed on.
     let rc = unsafe { real(device, index) };
     let Some(mask) = given() else { return rc };
-    if rc != SUCCESS || index.is_null() {
+    if rc != NVML_SUCCESS || index.is_null() {
         return rc;
     }
     let node_index = match given_uuids(mask) {
@@ -386,7 +385,7 @@ pub(crate) unsafe fn running_processes<const SIZE: usize>(
     // SAFETY: as above.
     unsafe { count.write(ours.len() as c_uint) };
     if ours.is_empty() {
-        return SUCCESS;
+        return NVML_SUCCESS;
     }
     if infos.is_null() || caller_room < ours.len() {
         return NVML_INSUFFICIENT_SIZE;
@@ -403,7 +402,7 @@ pub(crate) unsafe fn running_processes<const SIZE: usize>(
             )
         };
     }
-    SUCCESS
+    NVML_SUCCESS
 }
 
 #[cfg(test)]

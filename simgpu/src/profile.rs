@@ -66,7 +66,6 @@ impl HostCosts {
     /// The cost of the entry point `name` when it returned `result` (0 is success; 600, not
     /// ready, is a query of pending work).
     pub fn of(&self, name: &str, result: u32) -> u32 {
-        const NOT_READY: u32 = 600;
         let base = name
             .trim_end_matches("_ptsz")
             .trim_end_matches("_ptds")
@@ -79,7 +78,11 @@ impl HostCosts {
             | "cuGraphLaunch"
             | "cuLaunchHostFunc" => self.launch_ns,
             "cuEventRecord" | "cuEventRecordWithFlags" => self.event_record_ns,
-            "cuEventQuery" | "cuStreamQuery" if result == NOT_READY => self.event_query_pending_ns,
+            "cuEventQuery" | "cuStreamQuery"
+                if result == tessera_cuda_abi::CUDA_ERROR_NOT_READY =>
+            {
+                self.event_query_pending_ns
+            }
             "cuEventQuery" | "cuStreamQuery" => self.event_query_done_ns,
             "cuEventElapsedTime" => self.event_elapsed_ns,
             "cuEventCreate" | "cuEventDestroy" => self.event_create_ns,

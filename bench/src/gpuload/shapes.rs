@@ -275,7 +275,8 @@ impl<'g> Graph<'g> {
     ) -> Result<Graph<'g>> {
         let api = gpu.driver().api();
         // SAFETY: a live stream and a capture mode the driver defines.
-        let r = unsafe { (api.cuStreamBeginCapture)(stream.raw(), CU_STREAM_CAPTURE_MODE_RELAXED) };
+        let r =
+            unsafe { (api.cuStreamBeginCapture_v2)(stream.raw(), CU_STREAM_CAPTURE_MODE_RELAXED) };
         gpu.check("cuStreamBeginCapture", r)?;
         let recorded = record(stream);
         let mut graph: CUgraph = std::ptr::null_mut();

@@ -8,13 +8,12 @@
 //! an event recorded inside one), and the gate asks nothing; while one is, it asks the
 //! driver at every launch, as it must (a stream may have joined).
 
-use super::measure::STREAM_PER_THREAD;
 use crate::fork_lock::ForkLock;
 use crate::hooks::real;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicU32, Ordering};
+use tessera_cuda_abi::{CUDA_SUCCESS, CU_STREAM_PER_THREAD};
 
-const SUCCESS: u32 = 0;
 /// `CU_STREAM_CAPTURE_STATUS_NONE`.
 const CAPTURE_NONE: u32 = 0;
 
@@ -42,22 +41,23 @@ fn ask(stream: *mut c_void, per_thread: bool) -> bool {
         return true;
     };
     let stream = if per_thread && stream.is_null() {
-        STREAM_PER_THREAD as *mut c_void
+        CU_STREAM_PER_THREAD as *mut c_void
     } else {
         stream
     };
     let mut status = CAPTURE_NONE;
     // SAFETY: the caller's stream (or a special handle); writes one status to our local.
     let rc = unsafe { is_capturing(stream, &mut status) };
-    rc != SUCCESS || status != CAPTURE_NONE
+    rc != CUDA_SUCCESS || status != CAPTURE_NONE
 }
 
 /// The key of a capture's stream.
 fn key(stream: *mut c_void, per_thread: bool) -> (usize, usize) {
     let s = stream as usize;
-    if s == STREAM_PER_THREAD || (per_thread && s == 0) {
+    if s == CU_STREAM_PER_THREAD || (per_thread && s == 0) {
         // SAFETY: pthread_self has no preconditions.
-        (STREAM_PER_THREAD, unsafe { libc::pthread_self() } as usize)
+        (CU_STREAM_PER_THREAD, unsafe { libc::pthread_self() }
+            as usize)
     } else {
         (s, 0)
     }
@@ -69,7 +69,7 @@ fn begin(stream: *mut c_void, per_thread: bool, begun: impl FnOnce() -> u32) -> 
     // Release: see `capturing`.
     CAPTURES.fetch_add(1, Ordering::Release);
     let rc = begun();
-    if rc == SUCCESS {
+    if rc == CUDA_SUCCESS {
         STREAMS.lock().push(key(stream, per_thread));
     } else {
         // Relaxed: taking back the count just taken.
@@ -82,7 +82,7 @@ fn begin(stream: *mut c_void, per_thread: bool, begun: impl FnOnce() -> u32) -> 
 /// and the stream captures no more (an end refused, say on the wrong thread, leaves the
 /// capture going).
 fn end(stream: *mut c_void, per_thread: bool, rc: u32) {
-    if rc != SUCCESS && ask(stream, per_thread) {
+    if rc != CUDA_SUCCESS && ask(stream, per_thread) {
         return;
     }
     let k = key(stream, per_thread);

@@ -5,10 +5,7 @@
 
 use crate::hooks::real;
 use std::ffi::c_void;
-
-const SUCCESS: u32 = 0;
-/// `CUDA_ERROR_NOT_READY`.
-const NOT_READY: u32 = 600;
+use tessera_cuda_abi::{CUDA_ERROR_NOT_READY, CUDA_SUCCESS};
 
 /// A CUDA event handle of this library's.
 pub(super) type Event = usize;
@@ -21,7 +18,7 @@ pub(super) fn create() -> Option<Event> {
     let create = real::cuEventCreate::real()?;
     let mut e: *mut c_void = std::ptr::null_mut();
     // SAFETY: writes one handle to our local; flags 0 keep timing on.
-    (unsafe { create(&mut e, 0) } == SUCCESS && !e.is_null()).then_some(e as usize)
+    (unsafe { create(&mut e, 0) } == CUDA_SUCCESS && !e.is_null()).then_some(e as usize)
 }
 
 /// Records `e` at the end of `stream` (a handle the plain entry points take).
@@ -31,7 +28,7 @@ pub(super) fn record(e: Event, stream: *mut c_void) -> bool {
     };
     // SAFETY: an event of the current context and a stream handle the application's launch
     // just used (or a special handle valid everywhere).
-    unsafe { record(e as *mut c_void, stream) == SUCCESS }
+    unsafe { record(e as *mut c_void, stream) == CUDA_SUCCESS }
 }
 
 /// What the driver says of two events.
@@ -53,8 +50,8 @@ pub(super) fn elapsed(from: Event, to: Event) -> Elapsed {
     let mut ms = 0f32;
     // SAFETY: writes one float to our local; both events are ours.
     match unsafe { elapsed(&mut ms, from as *mut c_void, to as *mut c_void) } {
-        SUCCESS if ms.is_finite() => Elapsed::Done((f64::from(ms) * 1e6) as i64),
-        NOT_READY => Elapsed::Pending,
+        CUDA_SUCCESS if ms.is_finite() => Elapsed::Done((f64::from(ms) * 1e6) as i64),
+        CUDA_ERROR_NOT_READY => Elapsed::Pending,
         _ => Elapsed::Gone,
     }
 }

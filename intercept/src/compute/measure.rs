@@ -40,13 +40,9 @@ use crate::fork_lock::{self, ForkGuard, ForkLock};
 use std::collections::{HashMap, VecDeque};
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use tessera_cuda_abi::{CU_STREAM_LEGACY, CU_STREAM_PER_THREAD};
 use tessera_region::layout::{ComputeAccount, COMPUTE_LOCAL, PRIORITY_ONLINE};
 use tessera_region::{monotonic_ns, Region, MAX_DEVICES};
-
-/// `CU_STREAM_LEGACY`, a handle for the legacy default stream valid everywhere.
-pub(crate) const STREAM_LEGACY: usize = 1;
-/// `CU_STREAM_PER_THREAD`, the calling thread's per-thread default stream.
-pub(crate) const STREAM_PER_THREAD: usize = 2;
 
 /// A group closes at this many launches: a bound on the launches one END frees.
 const GROUP_LAUNCHES: u32 = 32;
@@ -91,8 +87,8 @@ impl StreamKey {
                 ctx,
                 thread: thread_id(),
             },
-            0 | STREAM_LEGACY => StreamKey::Legacy { ctx },
-            STREAM_PER_THREAD => StreamKey::PerThread {
+            0 | CU_STREAM_LEGACY => StreamKey::Legacy { ctx },
+            CU_STREAM_PER_THREAD => StreamKey::PerThread {
                 ctx,
                 thread: thread_id(),
             },
@@ -103,8 +99,8 @@ impl StreamKey {
     /// A handle that names the stream for the plain (not `_ptsz`) entry points.
     pub(crate) fn handle(self) -> *mut c_void {
         match self {
-            StreamKey::Legacy { .. } => STREAM_LEGACY as *mut c_void,
-            StreamKey::PerThread { .. } => STREAM_PER_THREAD as *mut c_void,
+            StreamKey::Legacy { .. } => CU_STREAM_LEGACY as *mut c_void,
+            StreamKey::PerThread { .. } => CU_STREAM_PER_THREAD as *mut c_void,
             StreamKey::Created(s) => s as *mut c_void,
         }
     }

@@ -32,10 +32,10 @@ use crate::current;
 use measure::{Admission, Harvest, NoRoom, StreamKey, Work};
 use std::ffi::c_void;
 use std::sync::atomic::Ordering;
+use tessera_cuda_abi::CUDA_SUCCESS;
 use tessera_region::layout::{ComputeAccount, PRIORITY_ONLINE};
 use tessera_region::{monotonic_ns, Region};
 
-const SUCCESS: u32 = 0;
 /// The longest a throttled launch sleeps before it looks again.
 const WAIT_NS: u64 = 1_000_000;
 /// The longest it sleeps for room in a window held by other processes' launches.
@@ -90,8 +90,8 @@ fn admit_limited(
 /// back if it failed.
 pub(crate) fn launched(t: Ticket, rc: u32) {
     let device = t.admission.device();
-    measure::launched(t.region, t.admission, rc == SUCCESS);
-    if rc != SUCCESS {
+    measure::launched(t.region, t.admission, rc == CUDA_SUCCESS);
+    if rc != CUDA_SUCCESS {
         measure::settle_active(t.region, device);
         t.region.compute(device).wake_gate();
     }

@@ -8,8 +8,7 @@ use crate::container;
 use crate::current;
 use crate::hooks::real;
 use std::ffi::c_void;
-
-const SUCCESS: u32 = 0;
+use tessera_cuda_abi::CUDA_SUCCESS;
 
 /// Runs the synchronization `wait`, closing the groups in `scope` (when there is a
 /// container and this process measures anything: one load or two otherwise) before and
@@ -87,7 +86,7 @@ pub(crate) unsafe fn event_synchronize(
 /// Notes where the application records its own events (when this process measures
 /// anything), so that a synchronization on one closes only the group it waits for.
 fn note_record(event: *mut c_void, stream: *mut c_void, per_thread: bool, rc: u32) {
-    if rc != SUCCESS || !measure::anything_in_flight() {
+    if rc != CUDA_SUCCESS || !measure::anything_in_flight() {
         return;
     }
     if let Some(here) = current::get() {

@@ -6,15 +6,8 @@ use crate::driver::Lib;
 use std::ffi::c_void;
 use std::sync::atomic::AtomicU64;
 
-/// What `cuGetProcAddress` knows an entry by: the base name, the first CUDA version
-/// (`1000 × major + 10 × minor`) with this ABI, and whether it is the per-thread-default-stream
-/// variant (`_ptsz`/`_ptds`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct ProcKey {
-    pub(crate) base: &'static str,
-    pub(crate) since: u32,
-    pub(crate) per_thread: bool,
-}
+/// What `cuGetProcAddress` knows an entry by: the ABI crate's key of its symbol.
+pub(crate) use tessera_cuda_abi::ProcKey;
 
 /// The address of one of our exported functions.
 #[derive(Debug, Clone, Copy)]
@@ -77,8 +70,10 @@ pub(crate) const fn strictly_sorted(names: &[&str]) -> bool {
 /// The result code a library returns for a missing function and for a panic.
 pub(crate) const fn failure_codes(lib: Lib) -> (u32, u32) {
     match lib {
-        // CUDA_ERROR_NOT_FOUND, CUDA_ERROR_UNKNOWN
-        Lib::Cuda => (500, 999),
+        Lib::Cuda => (
+            tessera_cuda_abi::CUDA_ERROR_NOT_FOUND,
+            tessera_cuda_abi::CUDA_ERROR_UNKNOWN,
+        ),
         // NVML_ERROR_FUNCTION_NOT_FOUND, NVML_ERROR_UNKNOWN
         Lib::Nvml => (13, 999),
     }

@@ -62,31 +62,31 @@ impl RealSlot {
 /// Expands the table (see `table::hook_table`) into one module per entry.
 macro_rules! declare_real {
     (
-        $( hook $lib:ident $name:ident ($($arg:ident : $ty:ty),*) [$($key:tt)*] => $handler:path; )*
-        $( call $clib:ident $cname:ident ($($cty:ty),*); )*
+        $( hook $lib:ident $name:ident [$($sig:tt)*] => $handler:path; )*
+        $( call $clib:ident $cname:ident [$($csig:tt)*]; )*
     ) => {
         $(
-            declare_real!(@entry $lib $name ($($ty),*) {
+            declare_real!(@entry $lib $name [$($sig)*] {
                 /// Calls of our export, when counted (`TESSERA_DEBUG_COUNTERS=1`).
                 pub(crate) static CALLS: ::std::sync::atomic::AtomicU64 =
                     ::std::sync::atomic::AtomicU64::new(0);
             });
         )*
-        $( declare_real!(@entry $clib $cname ($($cty),*) {}); )*
+        $( declare_real!(@entry $clib $cname [$($csig)*] {}); )*
 
         /// The call-only entries' slots, for the test that each resolves.
         #[cfg(test)]
         pub(crate) static CALL_ONLY: [&RealSlot; [$(stringify!($cname)),*].len()] =
             [$(&$cname::REAL),*];
     };
-    (@entry $lib:ident $name:ident ($($ty:ty),*) { $($extra:item)* }) => {
+    (@entry $lib:ident $name:ident [$($sig:tt)*] { $($extra:item)* }) => {
         #[allow(non_snake_case)]
         pub(crate) mod $name {
-            #[allow(unused_imports)] // the types of the table's signatures
-            use ::std::ffi::{c_char, c_int, c_uint, c_void};
+            #[allow(unused_imports)] // the types of the NVML signatures
+            use ::std::ffi::{c_char, c_uint, c_void};
 
             /// The real function's C signature.
-            pub(crate) type Real = unsafe extern "C" fn($($ty),*) -> u32;
+            pub(crate) type Real = declare_real!(@real $lib $name [$($sig)*]);
 
             pub(crate) static REAL: $crate::hooks::real::RealSlot =
                 $crate::hooks::real::RealSlot::new(
@@ -111,6 +111,11 @@ macro_rules! declare_real {
 
             $($extra)*
         }
+    };
+    // A CUDA entry's signature is the ABI crate's; an NVML entry's is the table's.
+    (@real cuda $name:ident []) => { ::tessera_cuda_abi::entry::$name::Pfn };
+    (@real nvml $name:ident [($($arg:ident : $ty:ty),*)]) => {
+        unsafe extern "C" fn($($ty),*) -> u32
     };
     (@lib cuda) => { $crate::driver::Lib::Cuda };
     (@lib nvml) => { $crate::driver::Lib::Nvml };

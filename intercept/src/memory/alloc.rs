@@ -2,8 +2,9 @@
 //! memory on the current context's device.
 
 use super::registry::Key;
-use super::{admit, counted, forget, record, Admit, Site, OUT_OF_MEMORY, SUCCESS};
+use super::{admit, counted, forget, record, Admit, Site};
 use crate::hooks::real;
+use tessera_cuda_abi::{CUDA_ERROR_OUT_OF_MEMORY, CUDA_SUCCESS};
 
 /// Rows of a pitched allocation are reserved at this alignment before the driver says what
 /// pitch it chose (the common one); the reservation is corrected to the real pitch after.
@@ -58,10 +59,10 @@ pub(crate) unsafe fn mem_alloc_pitch(
     let (c, mut reservation) = match admit(site.device, pitch_estimate(width, height)) {
         Admit::Go(c, r) => (c, r),
         Admit::Uncounted => return call(),
-        Admit::OverCap => return OUT_OF_MEMORY,
+        Admit::OverCap => return CUDA_ERROR_OUT_OF_MEMORY,
     };
     let rc = call();
-    if rc != SUCCESS {
+    if rc != CUDA_SUCCESS {
         return rc;
     }
     // SAFETY: both out-pointers are non-null and the driver just wrote them.
@@ -73,7 +74,7 @@ pub(crate) unsafe fn mem_alloc_pitch(
             // SAFETY: ptr is the allocation the driver has just made for us.
             unsafe { free(ptr) };
         }
-        return OUT_OF_MEMORY;
+        return CUDA_ERROR_OUT_OF_MEMORY;
     }
     record(
         c,

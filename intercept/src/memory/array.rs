@@ -3,35 +3,18 @@
 //! their destroys give them back.
 
 use super::registry::Key;
-use super::{admit, forget, record, Admit, Site, OUT_OF_MEMORY, SUCCESS};
+use super::{admit, forget, record, Admit, Site};
 use crate::hooks::real;
 use std::ffi::c_void;
+use tessera_cuda_abi::{
+    CUDA_ARRAY3D_CUBEMAP, CUDA_ARRAY3D_DESCRIPTOR as Descriptor3d, CUDA_ARRAY3D_LAYERED,
+    CUDA_ARRAY_DESCRIPTOR as Descriptor,
+};
+use tessera_cuda_abi::{CUDA_ERROR_OUT_OF_MEMORY, CUDA_SUCCESS};
 
-/// `CUDA_ARRAY_DESCRIPTOR` (the `_v2` one).
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct Descriptor {
-    width: usize,
-    height: usize,
-    format: u32,
-    channels: u32,
-}
-
-/// `CUDA_ARRAY3D_DESCRIPTOR` (the `_v2` one).
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Descriptor3d {
-    pub width: usize,
-    pub height: usize,
-    pub depth: usize,
-    pub format: u32,
-    pub channels: u32,
-    pub flags: u32,
-}
-
-/// `CUDA_ARRAY3D_LAYERED` and `CUDA_ARRAY3D_CUBEMAP`: the depth counts layers or faces,
-/// which mipmap levels do not shrink.
-const LAYERS_NOT_DEPTH: u32 = 0x01 | 0x04;
+/// Layered and cube-map arrays: the depth counts layers or faces, which mipmap levels do not
+/// shrink.
+const LAYERS_NOT_DEPTH: u32 = CUDA_ARRAY3D_LAYERED | CUDA_ARRAY3D_CUBEMAP;
 
 /// A format we do not know is counted as the widest element there is (four 32-bit
 /// channels), so that it can never slip past the cap.
@@ -60,7 +43,7 @@ pub(crate) fn element_bytes(format: u32, channels: u32) -> u64 {
 /// Bytes of an array of `levels` mipmap levels (1 for a plain array); saturates, so that
 /// an absurd descriptor is refused by the cap if the driver would accept it.
 pub(crate) fn array_bytes(d: &Descriptor3d, levels: u32) -> u64 {
-    let element = element_bytes(d.format, d.channels);
+    let element = element_bytes(d.format, d.num_channels);
     let layered = d.flags & LAYERS_NOT_DEPTH != 0;
     let mut total = 0u64;
     // Past 64 levels every dimension is 1; the driver refuses that many anyway.
@@ -97,10 +80,10 @@ unsafe fn counted(
     let (c, reservation) = match admit(site.device, bytes) {
         Admit::Go(c, r) => (c, r),
         Admit::Uncounted => return create(),
-        Admit::OverCap => return OUT_OF_MEMORY,
+        Admit::OverCap => return CUDA_ERROR_OUT_OF_MEMORY,
     };
     let rc = create();
-    if rc == SUCCESS {
+    if rc == CUDA_SUCCESS {
         // SAFETY: arr is non-null and the driver just wrote the new handle there.
         let handle = unsafe { arr.read() } as usize;
         record(
@@ -120,7 +103,7 @@ unsafe fn counted(
 pub(crate) unsafe fn array_create(
     real: real::cuArrayCreate_v2::Real,
     arr: *mut *mut c_void,
-    desc: *const c_void,
+    desc: *const Descriptor,
 ) -> u32 {
     // SAFETY: the caller's arguments, passed on.
     let call = || unsafe { real(arr, desc) };
@@ -128,13 +111,13 @@ pub(crate) unsafe fn array_create(
         return call();
     }
     // SAFETY: non-null, a CUDA_ARRAY_DESCRIPTOR by the contract.
-    let d = unsafe { desc.cast::<Descriptor>().read_unaligned() };
+    let d = unsafe { desc.read_unaligned() };
     let d3 = Descriptor3d {
         width: d.width,
         height: d.height,
         depth: 0,
         format: d.format,
-        channels: d.channels,
+        num_channels: d.num_channels,
         flags: 0,
     };
     // SAFETY: arr is non-null and the driver writes the handle on success.
@@ -146,7 +129,7 @@ pub(crate) unsafe fn array_create(
 pub(crate) unsafe fn array3d_create(
     real: real::cuArray3DCreate_v2::Real,
     arr: *mut *mut c_void,
-    desc: *const c_void,
+    desc: *const Descriptor3d,
 ) -> u32 {
     // SAFETY: the caller's arguments, passed on.
     let call = || unsafe { real(arr, desc) };
@@ -154,7 +137,7 @@ pub(crate) unsafe fn array3d_create(
         return call();
     }
     // SAFETY: non-null, a CUDA_ARRAY3D_DESCRIPTOR by the contract.
-    let d = unsafe { desc.cast::<Descriptor3d>().read_unaligned() };
+    let d = unsafe { desc.read_unaligned() };
     // SAFETY: arr is non-null and the driver writes the handle on success.
     unsafe { counted(arr, Key::Array, array_bytes(&d, 1), call) }
 }
@@ -171,7 +154,7 @@ pub(crate) unsafe fn array_destroy(real: real::cuArrayDestroy::Real, arr: *mut c
 pub(crate) unsafe fn mipmapped_array_create(
     real: real::cuMipmappedArrayCreate::Real,
     arr: *mut *mut c_void,
-    desc: *const c_void,
+    desc: *const Descriptor3d,
     levels: u32,
 ) -> u32 {
     // SAFETY: the caller's arguments, passed on.
@@ -180,7 +163,7 @@ pub(crate) unsafe fn mipmapped_array_create(
         return call();
     }
     // SAFETY: non-null, a CUDA_ARRAY3D_DESCRIPTOR by the contract.
-    let d = unsafe { desc.cast::<Descriptor3d>().read_unaligned() };
+    let d = unsafe { desc.read_unaligned() };
     // SAFETY: arr is non-null and the driver writes the handle on success.
     unsafe { counted(arr, Key::Mipmapped, array_bytes(&d, levels), call) }
 }
@@ -205,7 +188,7 @@ mod tests {
             height,
             depth,
             format,
-            channels,
+            num_channels: channels,
             flags: 0,
         }
     }

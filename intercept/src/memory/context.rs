@@ -38,16 +38,18 @@
 //! Context calls are rare and serialised here, so that two measurements in this process
 //! never overlap.
 
-use super::{current_device, forget_context, OUT_OF_MEMORY, SUCCESS};
+use super::{current_device, forget_context};
 use crate::container::{self, Container, Reservation};
 use crate::fork_lock::{self, ForkGuard, ForkLock};
 use crate::hooks::real;
+use crate::nvml_list::NVML_SUCCESS;
 use crate::nvml_list::{self, Held, ProcessList};
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
+use tessera_cuda_abi::{CUDA_ERROR_OUT_OF_MEMORY, CUDA_SUCCESS};
 use tessera_region::MAX_DEVICES;
 
 /// A context this process counts, with its charge against the cap.
@@ -336,7 +338,7 @@ fn read(gauge: Gauge, ctx: Option<*mut c_void>) -> Result<u64, String> {
                         .ok_or("the driver has no cuCtxPushCurrent_v2")?;
                     // SAFETY: ctx is a live context the driver has just returned.
                     let rc = unsafe { push(ctx) };
-                    if rc != SUCCESS {
+                    if rc != CUDA_SUCCESS {
                         return Err(format!("cuCtxPushCurrent_v2 returned {rc}"));
                     }
                     true
@@ -353,7 +355,7 @@ fn read(gauge: Gauge, ctx: Option<*mut c_void>) -> Result<u64, String> {
                     unsafe { pop(&mut popped) };
                 }
             }
-            if rc != SUCCESS {
+            if rc != CUDA_SUCCESS {
                 return Err(format!("cuMemGetInfo_v2 returned {rc}"));
             }
             Ok(total.saturating_sub(free) as u64)
@@ -364,7 +366,7 @@ fn read(gauge: Gauge, ctx: Option<*mut c_void>) -> Result<u64, String> {
             let mut memory = [0u64; 3]; // total, free, used
                                         // SAFETY: device is an NVML handle; writes an nvmlMemory_t to our local.
             let rc = unsafe { info(device, memory.as_mut_ptr().cast()) };
-            if rc != SUCCESS {
+            if rc != CUDA_SUCCESS {
                 return Err(format!("nvmlDeviceGetMemoryInfo returned {rc}"));
             }
             Ok(memory[0].saturating_sub(memory[1]))
@@ -381,7 +383,7 @@ fn nvml_ready() -> Result<(), String> {
             .ok_or("NVML (libnvidia-ml.so.1) cannot be loaded or has no nvmlInit_v2")?;
         // SAFETY: nvmlInit_v2 takes no arguments.
         match unsafe { init() } {
-            SUCCESS => Ok(()),
+            CUDA_SUCCESS => Ok(()),
             rc => Err(format!("nvmlInit_v2 returned {rc}")),
         }
     })
@@ -413,7 +415,7 @@ fn nvml_device(dev: i32, device: usize) -> Result<*mut c_void, String> {
     let mut uuid = [0u8; 16];
     let by_uuid = real::cuDeviceGetUuid_v2::real().filter(|get| {
         // SAFETY: writes a CUuuid (16 bytes) to our local.
-        unsafe { get(uuid.as_mut_ptr().cast(), dev) == SUCCESS }
+        unsafe { get(uuid.as_mut_ptr().cast(), dev) == CUDA_SUCCESS }
     });
     if by_uuid.is_some() {
         if let Some(find) = real::nvmlDeviceGetHandleByUUID::real() {
@@ -421,7 +423,7 @@ fn nvml_device(dev: i32, device: usize) -> Result<*mut c_void, String> {
                 let text = uuid_text(prefix, &uuid);
                 let mut handle = std::ptr::null_mut();
                 // SAFETY: a NUL-terminated string; writes one handle to our local.
-                if unsafe { find(text.as_ptr().cast(), &mut handle) } == SUCCESS {
+                if unsafe { find(text.as_ptr().cast(), &mut handle) } == NVML_SUCCESS {
                     return Ok(handle);
                 }
             }
@@ -433,7 +435,7 @@ fn nvml_device(dev: i32, device: usize) -> Result<*mut c_void, String> {
     let index = u32::try_from(device).map_err(|_| format!("no NVML index {device}"))?;
     // SAFETY: writes one handle to our local.
     match unsafe { by_index(index, &mut handle) } {
-        SUCCESS => Ok(handle),
+        CUDA_SUCCESS => Ok(handle),
         rc => Err(format!(
             "NVML knows CUDA device {dev} neither by UUID nor as device {device} (error {rc})"
         )),
@@ -442,7 +444,7 @@ fn nvml_device(dev: i32, device: usize) -> Result<*mut c_void, String> {
 
 /// Reserves the expected overhead of the context that `create` makes on CUDA device `dev`
 /// (node device `device`), makes it, measures it and trues the reservation up; returns the
-/// context and its charge, or `OUT_OF_MEMORY` over the cap (after `create` succeeded, the
+/// context and its charge, or `CUDA_ERROR_OUT_OF_MEMORY` over the cap (after `create` succeeded, the
 /// context is to be undone).
 ///
 /// `created` reads the new context's handle after `create` succeeded; `current` says
@@ -458,7 +460,7 @@ fn count_overhead(
     // Held until the overhead is trued up, so that no other context of the container is
     // made (unmeasured yet) while this one is measured.
     let _serialised = c.measurement_lock();
-    let mut reservation = reserve_expected(c, device).ok_or(OUT_OF_MEMORY)?;
+    let mut reservation = reserve_expected(c, device).ok_or(CUDA_ERROR_OUT_OF_MEMORY)?;
     let before = Reading::before(c, dev, device, reservation.bytes());
     if let Ok(r) = &before {
         if let (Some(h), Some(slot)) = (r.nvml, NVML_HANDLES.get(device)) {
@@ -468,7 +470,7 @@ fn count_overhead(
         }
     }
     let rc = create();
-    if rc != SUCCESS {
+    if rc != CUDA_SUCCESS {
         return Err(rc);
     }
     let handle = created();
@@ -515,7 +517,7 @@ fn count_overhead(
                 over.used,
                 over.cap
             );
-            Err(OUT_OF_MEMORY)
+            Err(CUDA_ERROR_OUT_OF_MEMORY)
         }
     }
 }
@@ -692,7 +694,7 @@ fn primary_active(dev: i32) -> Option<bool> {
     let (mut flags, mut active) = (0u32, 0i32);
     // SAFETY: writes a flags word and an int to our locals.
     let rc = unsafe { state(dev, &mut flags, &mut active) };
-    (rc == SUCCESS).then_some(active != 0)
+    (rc == CUDA_SUCCESS).then_some(active != 0)
 }
 
 /// Counts a created context.
@@ -715,9 +717,9 @@ unsafe fn create_counted(ctx: *mut *mut c_void, dev: i32, create: impl FnOnce() 
             book.created.insert(handle as usize, (device, charge));
             note_unmeasured(book);
             crate::rm::lever::context_made();
-            SUCCESS
+            CUDA_SUCCESS
         }
-        Err(OUT_OF_MEMORY) => {
+        Err(CUDA_ERROR_OUT_OF_MEMORY) => {
             // SAFETY: ctx is non-null; the driver wrote it if it made a context.
             let handle = unsafe { ctx.read() };
             if !handle.is_null() {
@@ -728,7 +730,7 @@ unsafe fn create_counted(ctx: *mut *mut c_void, dev: i32, create: impl FnOnce() 
                 // SAFETY: ctx is non-null; the caller gets no context.
                 unsafe { ctx.write(std::ptr::null_mut()) };
             }
-            OUT_OF_MEMORY
+            CUDA_ERROR_OUT_OF_MEMORY
         }
         Err(rc) => rc,
     }
@@ -796,7 +798,7 @@ pub(crate) unsafe fn ctx_destroy(real: real::cuCtxDestroy_v2::Real, ctx: *mut c_
     let mut locked = Locked::get();
     // SAFETY: the caller's argument, passed on.
     let rc = unsafe { real(ctx) };
-    if rc == SUCCESS {
+    if rc == CUDA_SUCCESS {
         let generation = locked.book().generation;
         if let Some((device, charge)) = locked.book().created.remove(&(ctx as usize)) {
             c.release(device, charge.bytes, generation);
@@ -837,7 +839,7 @@ pub(crate) unsafe fn primary_ctx_retain(
         // Active, but made by a path this library does not see: counted at the container's
         // measured cost of a context, as far as the cap allows (it exists already).
         let rc = call();
-        if rc == SUCCESS {
+        if rc == CUDA_SUCCESS {
             count_unseen_primary(c, book, device, ctx);
         }
         return rc;
@@ -852,9 +854,9 @@ pub(crate) unsafe fn primary_ctx_retain(
             });
             note_unmeasured(book);
             crate::rm::lever::context_made();
-            SUCCESS
+            CUDA_SUCCESS
         }
-        Err(OUT_OF_MEMORY) => {
+        Err(CUDA_ERROR_OUT_OF_MEMORY) => {
             // SAFETY: ctx is non-null and the driver wrote it, if it made the context.
             if !unsafe { ctx.read() }.is_null() {
                 if let Some(release) = real::cuDevicePrimaryCtxRelease_v2::real() {
@@ -862,7 +864,7 @@ pub(crate) unsafe fn primary_ctx_retain(
                     unsafe { release(dev) };
                 }
             }
-            OUT_OF_MEMORY
+            CUDA_ERROR_OUT_OF_MEMORY
         }
         Err(rc) => rc,
     }
@@ -935,7 +937,7 @@ pub(crate) unsafe fn primary_ctx_release(
     let mut locked = Locked::get();
     // SAFETY: the caller's argument, passed on.
     let rc = unsafe { real(dev) };
-    if rc == SUCCESS {
+    if rc == CUDA_SUCCESS {
         settle_primary(c, locked.book(), dev, device, false);
     }
     rc
@@ -953,7 +955,7 @@ pub(crate) unsafe fn primary_ctx_reset(real: real::cuDevicePrimaryCtxReset::Real
     let mut locked = Locked::get();
     // SAFETY: the caller's argument, passed on.
     let rc = unsafe { real(dev) };
-    if rc == SUCCESS {
+    if rc == CUDA_SUCCESS {
         settle_primary(c, locked.book(), dev, device, true);
     }
     rc

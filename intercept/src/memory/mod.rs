@@ -21,14 +21,10 @@ use crate::container::{self, Container, Reservation};
 use crate::fork_lock;
 use registry::{Allocation, Key, Registry};
 use std::sync::atomic::{AtomicBool, Ordering};
+use tessera_cuda_abi::{CUDA_ERROR_OUT_OF_MEMORY, CUDA_SUCCESS};
 
 /// What this process has allocated and not yet freed, for the frees.
 static REGISTRY: Registry = Registry::new();
-
-/// `CUDA_SUCCESS`.
-pub(crate) const SUCCESS: u32 = 0;
-/// `CUDA_ERROR_OUT_OF_MEMORY`: what an allocation over the cap returns.
-pub(crate) const OUT_OF_MEMORY: u32 = 2;
 
 /// Where an allocation is made: the calling thread's current context and its device (its
 /// node index, which the caps are kept by).
@@ -145,7 +141,7 @@ pub(crate) fn forget_then(
     let known = REGISTRY.remove(key);
     let rc = free();
     if let Some(a) = known {
-        if rc == SUCCESS {
+        if rc == CUDA_SUCCESS {
             give_back(c, a);
         } else if REGISTRY.insert(key, a).is_some() {
             // Cannot happen: the key was not freed, so nobody else could have it.
@@ -181,10 +177,10 @@ pub(crate) unsafe fn counted(dptr: *mut u64, bytes: u64, alloc: impl FnOnce() ->
     let (c, reservation) = match admit(site.device, bytes) {
         Admit::Go(c, r) => (c, r),
         Admit::Uncounted => return alloc(),
-        Admit::OverCap => return OUT_OF_MEMORY,
+        Admit::OverCap => return CUDA_ERROR_OUT_OF_MEMORY,
     };
     let rc = alloc();
-    if rc == SUCCESS {
+    if rc == CUDA_SUCCESS {
         // SAFETY: dptr is non-null and the driver just wrote the new pointer there.
         let ptr = unsafe { dptr.read() };
         record(

@@ -3,8 +3,8 @@
 //! their node index, which the caps are kept by.
 
 use super::query::limited;
-use super::SUCCESS;
 use crate::hooks::real;
+use crate::nvml_list::NVML_SUCCESS;
 use std::ffi::c_void;
 
 /// `nvmlMemory_t`.
@@ -43,7 +43,7 @@ pub(crate) unsafe fn memory_info(
 ) -> u32 {
     // SAFETY: the caller's arguments, passed on.
     let rc = unsafe { real(device, memory) };
-    if rc != SUCCESS || memory.is_null() {
+    if rc != NVML_SUCCESS || memory.is_null() {
         return rc;
     }
     let memory = memory.cast::<Memory>();
@@ -70,7 +70,7 @@ pub(crate) unsafe fn memory_info_v2(
 ) -> u32 {
     // SAFETY: the caller's arguments, passed on.
     let rc = unsafe { real(device, memory) };
-    if rc != SUCCESS || memory.is_null() {
+    if rc != NVML_SUCCESS || memory.is_null() {
         return rc;
     }
     let memory = memory.cast::<MemoryV2>();

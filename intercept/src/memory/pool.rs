@@ -10,19 +10,16 @@
 //! event that cannot be made or recorded) is given back at once, as before.
 
 use super::registry::{Allocation, Key};
-use super::{forget_then, Site, SUCCESS};
+use super::{forget_then, Site};
 use crate::container::{self, Container};
 use crate::fork_lock::{ForkGuard, ForkLock};
 use crate::hooks::real;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use tessera_cuda_abi::{CUDA_ERROR_NOT_READY, CUDA_SUCCESS, CU_STREAM_PER_THREAD};
 
-/// `CUDA_ERROR_NOT_READY`: what `cuEventQuery` says while work before the event is queued.
-const NOT_READY: u32 = 600;
 /// `CU_EVENT_DISABLE_TIMING`: the cheapest event.
 const EVENT_DISABLE_TIMING: u32 = 0x2;
-/// `CU_STREAM_PER_THREAD`: the per-thread default stream, named explicitly.
-const STREAM_PER_THREAD: usize = 0x2;
 /// `CU_STREAM_CAPTURE_STATUS_NONE`.
 const CAPTURE_NONE: u32 = 0;
 
@@ -68,7 +65,7 @@ fn settle_pending() {
         list.retain(|p| {
             // SAFETY: an event we created and have not destroyed.
             let rc = unsafe { query(p.event as *mut c_void) };
-            if rc == NOT_READY {
+            if rc == CUDA_ERROR_NOT_READY {
                 return true;
             }
             done.push((rc, p.event, p.allocation));
@@ -78,7 +75,7 @@ fn settle_pending() {
         PENDING_COUNT.store(list.len(), Ordering::Relaxed);
     }
     for (rc, event, a) in done {
-        if rc == SUCCESS {
+        if rc == CUDA_SUCCESS {
             // SAFETY: our event, complete, and taken out of the list: destroyed once.
             unsafe { destroy(event as *mut c_void) };
         }
@@ -124,7 +121,7 @@ fn capturing(stream: *mut c_void) -> bool {
     let mut status = CAPTURE_NONE;
     // SAFETY: a stream the driver has just accepted for the free; status is a valid local.
     let rc = unsafe { is_capturing(stream, &mut status) };
-    rc != SUCCESS || status != CAPTURE_NONE
+    rc != CUDA_SUCCESS || status != CAPTURE_NONE
 }
 
 /// Records an event behind the free of `allocation` on `stream` and keeps its bytes counted
@@ -158,11 +155,11 @@ fn record_behind(stream: *mut c_void) -> Option<(usize, usize)> {
     );
     let mut event: *mut c_void = std::ptr::null_mut();
     // SAFETY: event is a valid out-pointer; the current context owns the new event.
-    if unsafe { create(&mut event, EVENT_DISABLE_TIMING) } != SUCCESS || event.is_null() {
+    if unsafe { create(&mut event, EVENT_DISABLE_TIMING) } != CUDA_SUCCESS || event.is_null() {
         return None;
     }
     // SAFETY: our new event and the caller's stream, which the driver accepted for the free.
-    if unsafe { record(event, stream) } != SUCCESS {
+    if unsafe { record(event, stream) } != CUDA_SUCCESS {
         // The stream belongs to another context than the current one, for instance.
         // SAFETY: our event, never recorded, destroyed once.
         unsafe { destroy(event) };
@@ -216,7 +213,7 @@ pub(crate) unsafe fn mem_free_async(
     // that the legacy event calls reach the same stream.
     let per_thread = real::cuMemFreeAsync_ptsz::real().is_some_and(|f| f as usize == real as usize);
     let ordered = if per_thread && stream.is_null() {
-        STREAM_PER_THREAD as *mut c_void
+        CU_STREAM_PER_THREAD as *mut c_void
     } else {
         stream
     };

@@ -2,9 +2,10 @@
 //! report a limited device as the container's slice of it. The real call runs first, so
 //! that every error (a null out-pointer, no context) is the driver's own.
 
-use super::{current_device, SUCCESS};
+use super::current_device;
 use crate::container;
 use crate::hooks::real;
+use tessera_cuda_abi::CUDA_SUCCESS;
 
 /// The container's view of a device: its total and free memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -44,7 +45,7 @@ pub(crate) unsafe fn mem_get_info(
 ) -> u32 {
     // SAFETY: the caller's arguments, passed on.
     let rc = unsafe { real(free, total) };
-    if rc != SUCCESS || free.is_null() || total.is_null() {
+    if rc != CUDA_SUCCESS || free.is_null() || total.is_null() {
         return rc;
     }
     let Some(device) = current_device() else {
@@ -71,7 +72,7 @@ pub(crate) unsafe fn device_total_mem(
 ) -> u32 {
     // SAFETY: the caller's arguments, passed on.
     let rc = unsafe { real(bytes, dev) };
-    if rc != SUCCESS || bytes.is_null() {
+    if rc != CUDA_SUCCESS || bytes.is_null() {
         return rc;
     }
     let Ok(device) = usize::try_from(dev).map(crate::visibility::account) else {

@@ -11,42 +11,32 @@
 //! once is never mistaken for the old one. VMM calls are rare and slow next to that lock.
 
 use super::registry::Allocation;
-use super::{admit, Admit, OUT_OF_MEMORY, SUCCESS};
+use super::{admit, Admit};
 use crate::container::{self, Container};
 use crate::fork_lock::{self, ForkGuard, ForkLock};
 use crate::hooks::real;
 use std::collections::BTreeMap;
 use std::ffi::c_void;
 
-/// `CU_MEM_LOCATION_TYPE_DEVICE`.
-const LOCATION_DEVICE: u32 = 1;
-
-/// The start of `CUmemAllocationProp`: what decides where the memory lives.
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct PropHead {
-    kind: u32,
-    requested_handle_types: u32,
-    location_kind: u32,
-    location_id: i32,
-}
+use tessera_cuda_abi::{CUmemAllocationProp, CU_MEM_LOCATION_TYPE_DEVICE};
+use tessera_cuda_abi::{CUDA_ERROR_OUT_OF_MEMORY, CUDA_SUCCESS};
 
 /// The device a `CUmemAllocationProp` places its memory on; `None` for host memory (not
 /// counted) or a null property (the driver refuses it).
 ///
 /// # Safety
 /// `prop` is null or points to a `CUmemAllocationProp`.
-unsafe fn device_of(prop: *const c_void) -> Option<usize> {
+unsafe fn device_of(prop: *const CUmemAllocationProp) -> Option<usize> {
     if prop.is_null() {
         return None;
     }
-    // SAFETY: non-null, and by the contract a CUmemAllocationProp, which starts with these
-    // four 32-bit fields; read unaligned in case the caller's struct is packed oddly.
-    let head = unsafe { prop.cast::<PropHead>().read_unaligned() };
-    if head.location_kind != LOCATION_DEVICE {
+    // SAFETY: non-null, and by the contract a CUmemAllocationProp; only its location is
+    // read, unaligned in case the caller's struct is packed oddly.
+    let location = unsafe { (&raw const (*prop).location).read_unaligned() };
+    if location.kind != CU_MEM_LOCATION_TYPE_DEVICE {
         return None;
     }
-    usize::try_from(head.location_id)
+    usize::try_from(location.id)
         .ok()
         .map(crate::visibility::account)
 }
@@ -184,7 +174,7 @@ pub(crate) unsafe fn mem_create(
     real: real::cuMemCreate::Real,
     handle: *mut u64,
     size: usize,
-    prop: *const c_void,
+    prop: *const CUmemAllocationProp,
     flags: u64,
 ) -> u32 {
     // SAFETY: the caller's arguments, passed on.
@@ -197,10 +187,10 @@ pub(crate) unsafe fn mem_create(
     let (c, reservation) = match admit(device, size as u64) {
         Admit::Go(c, r) => (c, r),
         Admit::Uncounted => return call(),
-        Admit::OverCap => return OUT_OF_MEMORY,
+        Admit::OverCap => return CUDA_ERROR_OUT_OF_MEMORY,
     };
     let rc = call();
-    if rc == SUCCESS && reservation.is_counted() {
+    if rc == CUDA_SUCCESS && reservation.is_counted() {
         // SAFETY: handle is non-null and the driver just wrote the new handle there.
         let h = unsafe { handle.read() };
         let allocation = Allocation {
@@ -226,7 +216,7 @@ fn mirrored(call: impl FnOnce() -> u32, then: impl FnOnce(&mut Book) -> Vec<Allo
     };
     let mut book = book();
     let rc = call();
-    if rc == SUCCESS {
+    if rc == CUDA_SUCCESS {
         give_back(c, then(&mut book));
     }
     rc
@@ -307,32 +297,23 @@ pub(crate) unsafe fn mem_address_free(
 mod tests {
     use super::*;
 
-    #[repr(C)]
-    struct Prop {
-        kind: u32,
-        handle_types: u32,
-        location_kind: u32,
-        location_id: i32,
-        win32: *mut c_void,
-        flags: [u8; 8],
-    }
+    use tessera_cuda_abi::CUmemLocation;
 
-    fn prop(location_kind: u32, id: i32) -> Prop {
-        Prop {
+    fn prop(kind: u32, id: i32) -> CUmemAllocationProp {
+        CUmemAllocationProp {
             kind: 1,
-            handle_types: 0,
-            location_kind,
-            location_id: id,
-            win32: std::ptr::null_mut(),
-            flags: [0; 8],
+            requested_handle_types: 0,
+            location: CUmemLocation { kind, id },
+            win32_handle_meta_data: std::ptr::null_mut(),
+            alloc_flags: [0; 8],
         }
     }
 
     #[test]
     fn device_located_memory_names_its_device() {
-        let p = prop(LOCATION_DEVICE, 3);
+        let p = prop(CU_MEM_LOCATION_TYPE_DEVICE, 3);
         // SAFETY: a valid property on the stack.
-        assert_eq!(unsafe { device_of((&p as *const Prop).cast()) }, Some(3));
+        assert_eq!(unsafe { device_of(&p) }, Some(3));
     }
 
     #[test]
@@ -340,12 +321,12 @@ mod tests {
         let p = prop(2, 0);
         // SAFETY: a valid property on the stack; null is allowed.
         unsafe {
-            assert_eq!(device_of((&p as *const Prop).cast()), None);
+            assert_eq!(device_of(&p), None);
             assert_eq!(device_of(std::ptr::null()), None);
         }
-        let p = prop(LOCATION_DEVICE, -1);
+        let p = prop(CU_MEM_LOCATION_TYPE_DEVICE, -1);
         // SAFETY: as above.
-        assert_eq!(unsafe { device_of((&p as *const Prop).cast()) }, None);
+        assert_eq!(unsafe { device_of(&p) }, None);
     }
 
     const MIB: u64 = 1 << 20;

@@ -16,48 +16,48 @@ static NEXT_CALLBACK: AtomicUsize = AtomicUsize::new(1);
 cuda_entry! {
     fn cuMulticastCreate(_handle: *mut u64, _prop: *const c_void) {
         init::process()?;
-        Err(code::NOT_SUPPORTED)
+        Err(code::CUDA_ERROR_NOT_SUPPORTED)
     }
     fn cuMulticastAddDevice(_handle: u64, _dev: CUdevice) {
         init::process()?;
-        Err(code::NOT_SUPPORTED)
+        Err(code::CUDA_ERROR_NOT_SUPPORTED)
     }
     fn cuMulticastBindMem(_mc: u64, _mc_offset: usize, _mem: u64, _mem_offset: usize, _size: usize, _flags: u64) {
         init::process()?;
-        Err(code::NOT_SUPPORTED)
+        Err(code::CUDA_ERROR_NOT_SUPPORTED)
     }
     fn cuMulticastBindAddr(_mc: u64, _mc_offset: usize, _ptr: u64, _size: usize, _flags: u64) {
         init::process()?;
-        Err(code::NOT_SUPPORTED)
+        Err(code::CUDA_ERROR_NOT_SUPPORTED)
     }
     fn cuMulticastUnbind(_mc: u64, _dev: CUdevice, _mc_offset: usize, _size: usize) {
         init::process()?;
-        Err(code::NOT_SUPPORTED)
+        Err(code::CUDA_ERROR_NOT_SUPPORTED)
     }
     fn cuMulticastGetGranularity(_granularity: *mut usize, _prop: *const c_void, _option: u32) {
         init::process()?;
-        Err(code::NOT_SUPPORTED)
+        Err(code::CUDA_ERROR_NOT_SUPPORTED)
     }
 
     fn cuGreenCtxCreate(_out: *mut *mut c_void, _desc: *mut c_void, _dev: CUdevice, _flags: u32) {
         init::process()?;
-        Err(code::NOT_SUPPORTED)
+        Err(code::CUDA_ERROR_NOT_SUPPORTED)
     }
     fn cuGreenCtxDestroy(_ctx: *mut c_void) {
         init::process()?;
-        Err(code::NOT_SUPPORTED)
+        Err(code::CUDA_ERROR_NOT_SUPPORTED)
     }
     fn cuCtxFromGreenCtx(_out: *mut CUcontext, _ctx: *mut c_void) {
         init::process()?;
-        Err(code::NOT_SUPPORTED)
+        Err(code::CUDA_ERROR_NOT_SUPPORTED)
     }
     fn cuGreenCtxStreamCreate(_out: *mut CUstream, _ctx: *mut c_void, _flags: u32, _priority: i32) {
         init::process()?;
-        Err(code::NOT_SUPPORTED)
+        Err(code::CUDA_ERROR_NOT_SUPPORTED)
     }
     fn cuDeviceGetDevResource(_dev: CUdevice, _resource: *mut c_void, _kind: u32) {
         init::process()?;
-        Err(code::NOT_SUPPORTED)
+        Err(code::CUDA_ERROR_NOT_SUPPORTED)
     }
     fn cuDevSmResourceSplitByCount(
         _result: *mut c_void,
@@ -68,11 +68,11 @@ cuda_entry! {
         _min_count: u32,
     ) {
         init::process()?;
-        Err(code::NOT_SUPPORTED)
+        Err(code::CUDA_ERROR_NOT_SUPPORTED)
     }
     fn cuDevResourceGenerateDesc(_desc: *mut *mut c_void, _resources: *mut c_void, _count: u32) {
         init::process()?;
-        Err(code::NOT_SUPPORTED)
+        Err(code::CUDA_ERROR_NOT_SUPPORTED)
     }
 
     fn cuLogsRegisterCallback(_callback: *mut c_void, _user: *mut c_void, out: *mut usize) {

@@ -168,7 +168,7 @@ impl Context {
         let process = init::process()?;
         process
             .reserve_memory(self.device, process.node().config().context_memory)
-            .map_err(|_| code::OUT_OF_MEMORY)?;
+            .map_err(|_| code::CUDA_ERROR_OUT_OF_MEMORY)?;
         self.flags.store(flags, Relaxed);
         *self.limits.lock().unwrap_or_else(|e| e.into_inner()) = LIMIT_DEFAULTS;
         self.cache_config.store(0, Relaxed);
@@ -267,9 +267,9 @@ pub(crate) fn current() -> Result<Arc<Context>, CUresult> {
     init::process()?;
     let ctx = STACK
         .with(|s| s.borrow().last().cloned())
-        .ok_or(code::INVALID_CONTEXT)?;
+        .ok_or(code::CUDA_ERROR_INVALID_CONTEXT)?;
     if ctx.is_destroyed() {
-        return Err(code::CONTEXT_IS_DESTROYED);
+        return Err(code::CUDA_ERROR_CONTEXT_IS_DESTROYED);
     }
     Ok(ctx)
 }
@@ -277,7 +277,7 @@ pub(crate) fn current() -> Result<Arc<Context>, CUresult> {
 /// The live context behind a handle.
 pub(crate) fn lookup(handle: CUcontext) -> Result<Arc<Context>, CUresult> {
     init::process()?;
-    CONTEXTS.get(handle).ok_or(code::INVALID_CONTEXT)
+    CONTEXTS.get(handle).ok_or(code::CUDA_ERROR_INVALID_CONTEXT)
 }
 
 /// The context behind a handle, or the current one for null (as many entry points accept).
@@ -304,7 +304,7 @@ fn with_primary<R>(dev: CUdevice, f: impl FnOnce(&mut Primary, usize) -> R) -> R
 
 fn check_flags(flags: u32) -> DriverResult {
     if flags & !CTX_FLAGS_MASK != 0 {
-        return Err(code::INVALID_VALUE);
+        return Err(code::CUDA_ERROR_INVALID_VALUE);
     }
     Ok(())
 }
@@ -313,7 +313,7 @@ fn check_flags(flags: u32) -> DriverResult {
 pub(crate) fn create_and_push(pctx: *mut CUcontext, flags: u32, dev: CUdevice) -> DriverResult {
     init::process()?;
     if pctx.is_null() {
-        return Err(code::INVALID_VALUE);
+        return Err(code::CUDA_ERROR_INVALID_VALUE);
     }
     check_flags(flags)?;
     let device = init::check_device(dev)?;
@@ -327,7 +327,7 @@ pub(crate) fn create_and_push(pctx: *mut CUcontext, flags: u32, dev: CUdevice) -
 fn destroy(handle: CUcontext) -> DriverResult {
     let ctx = lookup(handle)?;
     if ctx.primary {
-        return Err(code::INVALID_CONTEXT);
+        return Err(code::CUDA_ERROR_INVALID_CONTEXT);
     }
     ctx.deactivate();
     Ok(())
@@ -339,7 +339,7 @@ fn destroy(handle: CUcontext) -> DriverResult {
 pub(crate) fn primary_retain(pctx: *mut CUcontext, dev: CUdevice) -> DriverResult {
     init::process()?;
     if pctx.is_null() {
-        return Err(code::INVALID_VALUE);
+        return Err(code::CUDA_ERROR_INVALID_VALUE);
     }
     let ctx = with_primary(dev, |p, device| -> Result<Arc<Context>, CUresult> {
         let ctx = p
@@ -368,7 +368,7 @@ pub(crate) fn primary_release(dev: CUdevice) -> DriverResult {
     // or already inactive.
     with_primary(dev, |p, _| {
         if p.retained == 0 {
-            return Err(code::INVALID_CONTEXT);
+            return Err(code::CUDA_ERROR_INVALID_CONTEXT);
         }
         p.retained -= 1;
         if p.retained == 0 {
@@ -433,7 +433,7 @@ cuda_entry! {
     fn cuDevicePrimaryCtxGetState(dev: CUdevice, flags: *mut u32, active: *mut i32) {
         init::process()?;
         if flags.is_null() || active.is_null() {
-            return Err(code::INVALID_VALUE);
+            return Err(code::CUDA_ERROR_INVALID_VALUE);
         }
         let (f, a) = with_primary(dev, |p, _| {
             (p.flags, p.ctx.as_ref().is_some_and(|c| !c.is_destroyed()) as i32)
@@ -462,7 +462,7 @@ cuda_entry! {
         dev: CUdevice,
     ) {
         if num_params < 0 || (num_params > 0 && params.is_null()) {
-            return Err(code::INVALID_VALUE);
+            return Err(code::CUDA_ERROR_INVALID_VALUE);
         }
         create_and_push(pctx, flags, dev)
     }
@@ -559,7 +559,7 @@ cuda_entry! {
     fn cuCtxSetLimit(limit: u32, value: usize) {
         let ctx = current()?;
         if limit == LIMIT_SHMEM_SIZE || limit == LIMIT_CIG_ENABLED {
-            return Err(code::INVALID_VALUE);
+            return Err(code::CUDA_ERROR_INVALID_VALUE);
         }
         let mut limits = ctx.limits.lock().unwrap_or_else(|e| e.into_inner());
         let slot = limits.get_mut(limit as usize).ok_or(UNSUPPORTED_LIMIT)?;
@@ -571,7 +571,7 @@ cuda_entry! {
         let ctx = current()?;
         if limit == LIMIT_SHMEM_SIZE {
             let bytes = crate::device::attribute_of(ctx.device, ATTRIBUTE_SHARED_PER_BLOCK_OPTIN)
-                .ok_or(code::INVALID_DEVICE)?;
+                .ok_or(code::CUDA_ERROR_INVALID_DEVICE)?;
             // SAFETY: write_out checks null; the caller provides a size_t to write.
             return unsafe { write_out(value, bytes.max(0) as usize) };
         }
@@ -594,7 +594,7 @@ cuda_entry! {
     fn cuCtxSetCacheConfig(config: u32) {
         let ctx = current()?;
         if config > 3 {
-            return Err(code::INVALID_VALUE);
+            return Err(code::CUDA_ERROR_INVALID_VALUE);
         }
         ctx.cache_config.store(config, Relaxed);
         Ok(())
@@ -609,7 +609,7 @@ cuda_entry! {
     fn cuCtxSetSharedMemConfig(config: u32) {
         let ctx = current()?;
         if config > 2 {
-            return Err(code::INVALID_VALUE);
+            return Err(code::CUDA_ERROR_INVALID_VALUE);
         }
         ctx.shared_mem_config.store(config, Relaxed);
         Ok(())
@@ -637,7 +637,7 @@ cuda_entry! {
 fn push(ctx: CUcontext) -> DriverResult {
     init::process()?;
     if ctx.is_null() {
-        return Err(code::INVALID_CONTEXT);
+        return Err(code::CUDA_ERROR_INVALID_CONTEXT);
     }
     let ctx = lookup(ctx)?;
     STACK.with(|s| s.borrow_mut().push(ctx));
@@ -648,7 +648,7 @@ fn pop(pctx: *mut CUcontext) -> DriverResult {
     init::process()?;
     let ctx = STACK
         .with(|s| s.borrow_mut().pop())
-        .ok_or(code::INVALID_CONTEXT)?;
+        .ok_or(code::CUDA_ERROR_INVALID_CONTEXT)?;
     if pctx.is_null() {
         return Ok(());
     }

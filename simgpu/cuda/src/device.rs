@@ -238,7 +238,7 @@ fn parse_pci_bus_id(text: &str) -> Option<(u32, u32, u32)> {
 /// `buf` must be null or valid for writes of `len` bytes.
 unsafe fn write_c_string(buf: *mut c_char, len: c_int, text: &str) -> DriverResult {
     if buf.is_null() || len <= 0 {
-        return Err(code::INVALID_VALUE);
+        return Err(code::CUDA_ERROR_INVALID_VALUE);
     }
     let n = text.len().min(len as usize - 1);
     // SAFETY: buf holds len > n bytes, and text has n readable bytes; they cannot overlap
@@ -299,7 +299,7 @@ cuda_entry! {
     fn cuDeviceGetLuid(_luid: *mut c_char, _node_mask: *mut u32, dev: CUdevice) {
         device(dev)?;
         // A LUID identifies adapters on Windows only.
-        Err(code::NOT_SUPPORTED)
+        Err(code::CUDA_ERROR_NOT_SUPPORTED)
     }
 
     fn cuDeviceTotalMem_v2(bytes: *mut usize, dev: CUdevice) {
@@ -318,9 +318,9 @@ cuda_entry! {
     fn cuDeviceGetAttribute(value: *mut c_int, attrib: c_int, dev: CUdevice) {
         let info = device(dev)?;
         if value.is_null() {
-            return Err(code::INVALID_VALUE);
+            return Err(code::CUDA_ERROR_INVALID_VALUE);
         }
-        let v = attribute(info, attrib).ok_or(code::INVALID_VALUE)?;
+        let v = attribute(info, attrib).ok_or(code::CUDA_ERROR_INVALID_VALUE)?;
         // SAFETY: value is non-null and points to an int.
         unsafe { write_out(value, v) }
     }
@@ -347,7 +347,7 @@ cuda_entry! {
     fn cuDeviceComputeCapability(major: *mut c_int, minor: *mut c_int, dev: CUdevice) {
         let info = device(dev)?;
         if major.is_null() || minor.is_null() {
-            return Err(code::INVALID_VALUE);
+            return Err(code::CUDA_ERROR_INVALID_VALUE);
         }
         let (ma, mi) = info.compute_capability;
         // SAFETY: both are non-null and point to ints.
@@ -366,15 +366,15 @@ cuda_entry! {
     fn cuDeviceGetByPCIBusId(dev: *mut CUdevice, bus_id: *const c_char) {
         let all = devices()?;
         if dev.is_null() || bus_id.is_null() {
-            return Err(code::INVALID_VALUE);
+            return Err(code::CUDA_ERROR_INVALID_VALUE);
         }
         // SAFETY: bus_id is a NUL-terminated string, by the contract.
-        let text = unsafe { std::ffi::CStr::from_ptr(bus_id) }.to_str().map_err(|_| code::INVALID_VALUE)?;
-        let (domain, bus, slot) = parse_pci_bus_id(text.trim()).ok_or(code::INVALID_VALUE)?;
+        let text = unsafe { std::ffi::CStr::from_ptr(bus_id) }.to_str().map_err(|_| code::CUDA_ERROR_INVALID_VALUE)?;
+        let (domain, bus, slot) = parse_pci_bus_id(text.trim()).ok_or(code::CUDA_ERROR_INVALID_VALUE)?;
         let found = all
             .iter()
             .find(|d| domain == 0 && slot == 0 && d.pci_bus == bus)
-            .ok_or(code::INVALID_DEVICE)?;
+            .ok_or(code::CUDA_ERROR_INVALID_DEVICE)?;
         // SAFETY: dev is non-null and points to a CUdevice.
         unsafe { write_out(dev, found.index as CUdevice) }
     }
@@ -391,14 +391,14 @@ cuda_entry! {
         let a = check_device(src)?;
         let b = check_device(dst)?;
         if a == b {
-            return Err(code::INVALID_DEVICE);
+            return Err(code::CUDA_ERROR_INVALID_DEVICE);
         }
         let v = match attrib {
             1 => 0, // PERFORMANCE_RANK
             2 => 1, // ACCESS_SUPPORTED
             3 => 0, // NATIVE_ATOMIC_SUPPORTED
             4 => 0, // CUDA_ARRAY_ACCESS_SUPPORTED
-            _ => return Err(code::INVALID_VALUE),
+            _ => return Err(code::CUDA_ERROR_INVALID_VALUE),
         };
         // SAFETY: value is null or points to an int.
         unsafe { write_out(value, v) }
@@ -429,7 +429,7 @@ cuda_entry! {
 
     fn cuDeviceGetNvSciSyncAttributes(_list: *mut c_void, dev: CUdevice, _flags: c_int) {
         device(dev)?;
-        Err(code::NOT_SUPPORTED)
+        Err(code::CUDA_ERROR_NOT_SUPPORTED)
     }
 }
 

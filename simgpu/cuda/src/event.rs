@@ -86,7 +86,7 @@ impl Event {
 /// The live event behind a handle.
 pub(crate) fn lookup(handle: CUevent) -> Result<Arc<Event>, CUresult> {
     crate::init::process()?;
-    EVENTS.get(handle).ok_or(code::INVALID_HANDLE)
+    EVENTS.get(handle).ok_or(code::CUDA_ERROR_INVALID_HANDLE)
 }
 
 /// Retires the events of a destroyed context.
@@ -100,7 +100,7 @@ fn record(event: CUevent, stream: CUstream, flags: u32, per_thread: bool) -> Dri
     let event = lookup(event)?;
     let stream = stream::resolve(stream, per_thread)?;
     if flags & !RECORD_EXTERNAL != 0 {
-        return Err(code::INVALID_VALUE);
+        return Err(code::CUDA_ERROR_INVALID_VALUE);
     }
     if let Some(capture) = stream.capture() {
         // Inside a capture a record is a point other streams may join the capture at; the
@@ -121,7 +121,7 @@ fn record(event: CUevent, stream: CUstream, flags: u32, per_thread: bool) -> Dri
 /// Makes `stream` wait for the latest record of `event` (`cuStreamWaitEvent`).
 pub(crate) fn wait_in_stream(stream: &Arc<Stream>, event: &Arc<Event>, flags: u32) -> DriverResult {
     if flags & !WAIT_EXTERNAL != 0 {
-        return Err(code::INVALID_VALUE);
+        return Err(code::CUDA_ERROR_INVALID_VALUE);
     }
     if let Some(capture) = event.capture() {
         // Waiting for a captured record draws the stream into that capture.
@@ -147,19 +147,19 @@ pub(crate) fn wait_in_stream(stream: &Arc<Stream>, event: &Arc<Event>, flags: u3
 fn elapsed(ms: *mut f32, start: CUevent, end: CUevent) -> DriverResult {
     let (start, end) = (lookup(start)?, lookup(end)?);
     if ms.is_null() {
-        return Err(code::INVALID_VALUE);
+        return Err(code::CUDA_ERROR_INVALID_VALUE);
     }
     if (start.flags | end.flags) & DISABLE_TIMING != 0 {
-        return Err(code::INVALID_HANDLE);
+        return Err(code::CUDA_ERROR_INVALID_HANDLE);
     }
     let mut times = [0u64; 2];
     for (t, e) in times.iter_mut().zip([&start, &end]) {
         let s = e.state();
         if s.recorded == 0 {
-            return Err(code::INVALID_HANDLE);
+            return Err(code::CUDA_ERROR_INVALID_HANDLE);
         }
         if s.done < s.recorded {
-            return Err(code::NOT_READY);
+            return Err(code::CUDA_ERROR_NOT_READY);
         }
         *t = s.timestamp_ns;
     }
@@ -171,7 +171,10 @@ fn elapsed(ms: *mut f32, start: CUevent, end: CUevent) -> DriverResult {
 fn destroy(event: CUevent) -> DriverResult {
     crate::init::process()?;
     // Records in flight keep the event alive until they have run.
-    EVENTS.remove(event).map(drop).ok_or(code::INVALID_HANDLE)
+    EVENTS
+        .remove(event)
+        .map(drop)
+        .ok_or(code::CUDA_ERROR_INVALID_HANDLE)
 }
 
 cuda_entry! {
@@ -181,7 +184,7 @@ cuda_entry! {
             || flags & !(BLOCKING_SYNC | DISABLE_TIMING | INTERPROCESS) != 0
             || (flags & INTERPROCESS != 0 && flags & DISABLE_TIMING == 0)
         {
-            return Err(code::INVALID_VALUE);
+            return Err(code::CUDA_ERROR_INVALID_VALUE);
         }
         let handle = EVENTS.insert(Arc::new(Event {
             ctx,
@@ -212,22 +215,22 @@ cuda_entry! {
     fn cuEventQuery(event: CUevent) {
         let event = lookup(event)?;
         if event.capture().is_some() {
-            return Err(code::STREAM_CAPTURE_UNSUPPORTED);
+            return Err(code::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
         }
         if event.complete_now() {
             Ok(())
         } else {
-            Err(code::NOT_READY)
+            Err(code::CUDA_ERROR_NOT_READY)
         }
     }
 
     fn cuEventSynchronize(event: CUevent) {
         let event = lookup(event)?;
         if event.capture().is_some() {
-            return Err(code::STREAM_CAPTURE_UNSUPPORTED);
+            return Err(code::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
         }
         if exec::on_executor_thread() {
-            return Err(code::NOT_PERMITTED);
+            return Err(code::CUDA_ERROR_NOT_PERMITTED);
         }
         {
             let mut s = event.state();

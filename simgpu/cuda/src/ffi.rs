@@ -1,61 +1,13 @@
-//! The C ABI: handle types, result codes, and the macro that declares each export once.
+//! The C ABI as simgpu implements it: the driver's types and result codes (the ABI crate's,
+//! re-exported), and the macro that declares each export once.
 
-use std::ffi::c_void;
+pub use tessera_cuda_abi::{
+    CUcontext, CUdevice, CUdeviceptr, CUevent, CUfunction, CUmodule, CUresult, CUstream,
+    CU_STREAM_LEGACY, CU_STREAM_PER_THREAD,
+};
 
-/// The driver's result code.
-pub type CUresult = u32;
-/// A device ordinal.
-pub type CUdevice = i32;
-/// A device address.
-pub type CUdeviceptr = u64;
-/// Opaque handles, as pointers, like the driver's.
-pub type CUcontext = *mut c_void;
-/// A module handle.
-pub type CUmodule = *mut c_void;
-/// A kernel handle.
-pub type CUfunction = *mut c_void;
-/// A stream handle; null is the legacy default stream unless a `_ptsz` entry point is used.
-pub type CUstream = *mut c_void;
-/// An event handle.
-pub type CUevent = *mut c_void;
-
-/// The legacy default stream, usable from any entry point.
-pub const CU_STREAM_LEGACY: usize = 0x1;
-/// The calling thread's per-thread default stream, usable from any entry point.
-pub const CU_STREAM_PER_THREAD: usize = 0x2;
-
-/// Result codes (the values of the driver's `CUresult`).
-pub mod code {
-    use super::CUresult;
-    pub const SUCCESS: CUresult = 0;
-    pub const INVALID_VALUE: CUresult = 1;
-    pub const OUT_OF_MEMORY: CUresult = 2;
-    pub const NOT_INITIALIZED: CUresult = 3;
-    pub const DEINITIALIZED: CUresult = 4;
-    pub const NO_DEVICE: CUresult = 100;
-    pub const INVALID_DEVICE: CUresult = 101;
-    pub const INVALID_IMAGE: CUresult = 200;
-    pub const INVALID_CONTEXT: CUresult = 201;
-    pub const INVALID_PTX: CUresult = 218;
-    pub const INVALID_SOURCE: CUresult = 300;
-    pub const FILE_NOT_FOUND: CUresult = 301;
-    pub const OPERATING_SYSTEM: CUresult = 304;
-    pub const INVALID_HANDLE: CUresult = 400;
-    pub const ILLEGAL_STATE: CUresult = 401;
-    pub const NOT_FOUND: CUresult = 500;
-    pub const NOT_READY: CUresult = 600;
-    pub const ILLEGAL_ADDRESS: CUresult = 700;
-    pub const PRIMARY_CONTEXT_ACTIVE: CUresult = 708;
-    pub const CONTEXT_IS_DESTROYED: CUresult = 709;
-    pub const NOT_PERMITTED: CUresult = 800;
-    pub const NOT_SUPPORTED: CUresult = 801;
-    pub const STREAM_CAPTURE_UNSUPPORTED: CUresult = 900;
-    pub const STREAM_CAPTURE_INVALIDATED: CUresult = 901;
-    pub const STREAM_CAPTURE_UNMATCHED: CUresult = 903;
-    pub const STREAM_CAPTURE_IMPLICIT: CUresult = 906;
-    pub const STREAM_CAPTURE_WRONG_THREAD: CUresult = 908;
-    pub const UNKNOWN: CUresult = 999;
-}
+/// Result codes: the ABI crate's `CUDA_SUCCESS` and `CUDA_ERROR_*`.
+pub use tessera_cuda_abi::result as code;
 
 /// What a driver entry's body returns: `Ok` becomes `CUDA_SUCCESS`.
 pub type DriverResult = Result<(), CUresult>;
@@ -64,9 +16,9 @@ pub type DriverResult = Result<(), CUresult>;
 /// into the caller's C frames.
 pub fn guard(body: impl FnOnce() -> DriverResult) -> CUresult {
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)) {
-        Ok(Ok(())) => code::SUCCESS,
+        Ok(Ok(())) => code::CUDA_SUCCESS,
         Ok(Err(e)) => e,
-        Err(_) => code::UNKNOWN,
+        Err(_) => code::CUDA_ERROR_UNKNOWN,
     }
 }
 
@@ -97,7 +49,7 @@ impl HostCost {
     /// What the call of `name` that returned `result` costs.
     fn of(&self, costs: &simgpu::profile::HostCosts, name: &str, result: CUresult) -> u32 {
         use std::sync::atomic::Ordering::Relaxed;
-        let slot = if result == code::NOT_READY {
+        let slot = if result == code::CUDA_ERROR_NOT_READY {
             &self.not_ready
         } else {
             &self.done
@@ -157,7 +109,7 @@ pub fn entry(name: &str, cost: &HostCost, body: impl FnOnce() -> DriverResult) -
 /// `out` must be null or valid for a write of `T`.
 pub unsafe fn write_out<T>(out: *mut T, value: T) -> DriverResult {
     if out.is_null() {
-        return Err(code::INVALID_VALUE);
+        return Err(code::CUDA_ERROR_INVALID_VALUE);
     }
     // SAFETY: non-null, and the caller promises it is valid for a write of T.
     unsafe { out.write(value) };
@@ -165,7 +117,9 @@ pub unsafe fn write_out<T>(out: *mut T, value: T) -> DriverResult {
 }
 
 /// Declares driver entry points, each once: the exported `extern "C"` function whose body is
-/// a block returning [`DriverResult`], run under [`entry`].
+/// a block returning [`DriverResult`], run under [`entry`]. The name must be an entry point of
+/// the ABI crate, and where the crate declares its C signature the export must have exactly
+/// that one (both checked when compiling).
 ///
 /// ```ignore
 /// cuda_entry! {
@@ -187,6 +141,11 @@ macro_rules! cuda_entry {
                 static COST: $crate::ffi::HostCost = $crate::ffi::HostCost::new();
                 $crate::ffi::entry(stringify!($name), &COST, || $body)
             }
+
+            const _: () = ::tessera_cuda_abi::entry::assert_signature::<
+                ::tessera_cuda_abi::entry::$name::Declared,
+                unsafe extern "C" fn($($ty),*) -> $crate::ffi::CUresult,
+            >();
         )*
     };
 }

@@ -14,10 +14,8 @@ use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
-/// A graph handle.
-pub type CUgraph = *mut c_void;
-/// An executable graph handle.
-pub type CUgraphExec = *mut c_void;
+pub use tessera_cuda_abi::CUgraph;
+pub use tessera_cuda_abi::CUgraphExec;
 
 /// `CUstreamCaptureStatus`.
 const CAPTURE_NONE: u32 = 0;
@@ -175,7 +173,7 @@ impl Capture {
     /// Fails if an unsupported operation spoiled the capture.
     pub(crate) fn check(&self) -> DriverResult {
         if self.invalidated.load(Relaxed) {
-            Err(code::STREAM_CAPTURE_INVALIDATED)
+            Err(code::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED)
         } else {
             Ok(())
         }
@@ -203,7 +201,7 @@ pub(crate) fn join(stream: &Arc<Stream>, capture: &Arc<Capture>) -> DriverResult
         Some(current) => {
             current.invalidate();
             capture.invalidate();
-            Err(code::STREAM_CAPTURE_INVALIDATED)
+            Err(code::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED)
         }
         None => {
             stream.set_capture(Some(Arc::clone(capture)));
@@ -220,13 +218,13 @@ pub(crate) fn join(stream: &Arc<Stream>, capture: &Arc<Capture>) -> DriverResult
 fn begin(handle: CUstream, mode: u32, per_thread: bool) -> DriverResult {
     let stream = stream::resolve(handle, per_thread)?;
     if mode > CAPTURE_MODE_RELAXED {
-        return Err(code::INVALID_VALUE);
+        return Err(code::CUDA_ERROR_INVALID_VALUE);
     }
     if stream.kind == StreamKind::Legacy {
-        return Err(code::STREAM_CAPTURE_UNSUPPORTED);
+        return Err(code::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
     }
     if stream.capture().is_some() {
-        return Err(code::ILLEGAL_STATE);
+        return Err(code::CUDA_ERROR_ILLEGAL_STATE);
     }
     let graph = Graph::new();
     let graph_handle = GRAPHS.insert(Arc::clone(&graph));
@@ -244,12 +242,12 @@ fn begin(handle: CUstream, mode: u32, per_thread: bool) -> DriverResult {
 fn end(handle: CUstream, out: *mut CUgraph, per_thread: bool) -> DriverResult {
     let stream = stream::resolve(handle, per_thread)?;
     if out.is_null() {
-        return Err(code::INVALID_VALUE);
+        return Err(code::CUDA_ERROR_INVALID_VALUE);
     }
-    let capture = stream.capture().ok_or(code::ILLEGAL_STATE)?;
+    let capture = stream.capture().ok_or(code::CUDA_ERROR_ILLEGAL_STATE)?;
     if capture.origin != stream.id {
         capture.invalidate();
-        return Err(code::STREAM_CAPTURE_UNMATCHED);
+        return Err(code::CUDA_ERROR_STREAM_CAPTURE_UNMATCHED);
     }
     stream.set_capture(None);
     let members = std::mem::take(&mut *capture.members.lock().unwrap_or_else(|e| e.into_inner()));
@@ -258,7 +256,7 @@ fn end(handle: CUstream, out: *mut CUgraph, per_thread: bool) -> DriverResult {
     }
     let result = if capture.invalidated.load(Relaxed) {
         retire(capture.graph_handle);
-        Err(code::STREAM_CAPTURE_INVALIDATED)
+        Err(code::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED)
     } else {
         Ok(capture.graph_handle)
     };
@@ -296,7 +294,7 @@ fn capture_info(
 ) -> DriverResult {
     let stream = stream::resolve(handle, per_thread)?;
     if status.is_null() {
-        return Err(code::INVALID_VALUE);
+        return Err(code::CUDA_ERROR_INVALID_VALUE);
     }
     let (s, capture) = capture_status(&stream);
     // SAFETY: checked non-null; the caller provides a CUstreamCaptureStatus to write.
@@ -331,9 +329,9 @@ fn capture_info(
 fn instantiate(out: *mut CUgraphExec, graph: CUgraph) -> DriverResult {
     crate::init::process()?;
     if out.is_null() {
-        return Err(code::INVALID_VALUE);
+        return Err(code::CUDA_ERROR_INVALID_VALUE);
     }
-    let graph = GRAPHS.get(graph).ok_or(code::INVALID_VALUE)?;
+    let graph = GRAPHS.get(graph).ok_or(code::CUDA_ERROR_INVALID_VALUE)?;
     let nodes = graph
         .nodes()
         .iter()
@@ -348,7 +346,7 @@ fn instantiate(out: *mut CUgraphExec, graph: CUgraph) -> DriverResult {
 
 fn launch(exec: CUgraphExec, handle: CUstream, per_thread: bool) -> DriverResult {
     crate::init::process()?;
-    let exec = EXECS.get(exec).ok_or(code::INVALID_VALUE)?;
+    let exec = EXECS.get(exec).ok_or(code::CUDA_ERROR_INVALID_VALUE)?;
     let stream = stream::resolve(handle, per_thread)?;
     stream.ctx.check_sticky()?;
     let nodes: Vec<Node> = exec.nodes().iter().map(|(_, n)| n.clone()).collect();
@@ -360,7 +358,7 @@ fn launch(exec: CUgraphExec, handle: CUstream, per_thread: bool) -> DriverResult
 
 fn upload(exec: CUgraphExec, handle: CUstream, per_thread: bool) -> DriverResult {
     crate::init::process()?;
-    EXECS.get(exec).ok_or(code::INVALID_VALUE)?;
+    EXECS.get(exec).ok_or(code::CUDA_ERROR_INVALID_VALUE)?;
     stream::resolve(handle, per_thread).map(drop)
 }
 
@@ -379,7 +377,7 @@ fn instantiate_with_params(
     params: *mut InstantiateParams,
 ) -> DriverResult {
     if params.is_null() {
-        return Err(code::INVALID_VALUE);
+        return Err(code::CUDA_ERROR_INVALID_VALUE);
     }
     instantiate(out, graph)?;
     // SAFETY: non-null; the caller provides the parameter block for reading and writing.
@@ -394,9 +392,9 @@ fn instantiate_with_params(
 /// array cleared, and the count written.
 fn get_nodes(graph: CUgraph, out: *mut CUgraphNode, count: *mut usize) -> DriverResult {
     crate::init::process()?;
-    let graph = GRAPHS.get(graph).ok_or(code::INVALID_VALUE)?;
+    let graph = GRAPHS.get(graph).ok_or(code::CUDA_ERROR_INVALID_VALUE)?;
     if count.is_null() {
-        return Err(code::INVALID_VALUE);
+        return Err(code::CUDA_ERROR_INVALID_VALUE);
     }
     let nodes = graph.nodes();
     if out.is_null() {
@@ -418,13 +416,13 @@ fn get_nodes(graph: CUgraph, out: *mut CUgraphNode, count: *mut usize) -> Driver
 
 fn kernel_node(node: CUgraphNode) -> Result<(Arc<GraphNode>, Arc<KernelLaunch>), u32> {
     crate::init::process()?;
-    let n = NODES.get(node).ok_or(code::INVALID_VALUE)?;
+    let n = NODES.get(node).ok_or(code::CUDA_ERROR_INVALID_VALUE)?;
     match &n.node {
         Node::Kernel(k) => {
             let k = Arc::clone(k);
             Ok((n, k))
         }
-        Node::Host(..) => Err(code::INVALID_VALUE),
+        Node::Host(..) => Err(code::CUDA_ERROR_INVALID_VALUE),
     }
 }
 
@@ -450,27 +448,26 @@ unsafe fn exec_set_kernel_params(
     params: *const KernelNodeParams,
     kernel: *mut c_void,
 ) -> DriverResult {
-    let exec = EXECS.get(exec).ok_or(code::INVALID_VALUE)?;
+    let exec = EXECS.get(exec).ok_or(code::CUDA_ERROR_INVALID_VALUE)?;
     let (_, old) = kernel_node(node)?;
     if params.is_null() {
-        return Err(code::INVALID_VALUE);
+        return Err(code::CUDA_ERROR_INVALID_VALUE);
     }
     // SAFETY: non-null; the caller passes the parameters, by the contract.
     let new = unsafe { KernelLaunch::from_node_params(&*params, kernel) }?;
     if new.device() != old.device() {
-        return Err(code::INVALID_VALUE);
+        return Err(code::CUDA_ERROR_INVALID_VALUE);
     }
     let mut nodes = exec.nodes();
     let slot = nodes
         .iter_mut()
         .find(|(origin, _)| *origin == node as usize)
-        .ok_or(code::INVALID_VALUE)?;
+        .ok_or(code::CUDA_ERROR_INVALID_VALUE)?;
     slot.1 = Node::Kernel(Arc::new(new));
     Ok(())
 }
 
-/// A graph node handle.
-pub type CUgraphNode = *mut c_void;
+pub use tessera_cuda_abi::CUgraphNode;
 
 cuda_entry! {
     fn cuGraphGetNodes(graph: CUgraph, nodes: *mut CUgraphNode, count: *mut usize) {
@@ -479,7 +476,7 @@ cuda_entry! {
 
     fn cuGraphNodeGetType(node: CUgraphNode, kind: *mut u32) {
         crate::init::process()?;
-        let n = NODES.get(node).ok_or(code::INVALID_VALUE)?;
+        let n = NODES.get(node).ok_or(code::CUDA_ERROR_INVALID_VALUE)?;
         // SAFETY: write_out checks null; the caller provides a CUgraphNodeType to write.
         unsafe { write_out(kind, n.node.node_type()) }
     }
@@ -511,7 +508,7 @@ cuda_entry! {
         params: *const KernelNodeParamsV2,
     ) {
         if params.is_null() {
-            return Err(code::INVALID_VALUE);
+            return Err(code::CUDA_ERROR_INVALID_VALUE);
         }
         // SAFETY: non-null; the caller passes the second structure, whose start is the first.
         let kernel = unsafe { (*params).kern };
@@ -610,12 +607,12 @@ cuda_entry! {
     fn cuThreadExchangeStreamCaptureMode(mode: *mut u32) {
         crate::init::process()?;
         if mode.is_null() {
-            return Err(code::INVALID_VALUE);
+            return Err(code::CUDA_ERROR_INVALID_VALUE);
         }
         // SAFETY: non-null; the caller provides a CUstreamCaptureMode to read and write.
         let wanted = unsafe { mode.read() };
         if wanted > CAPTURE_MODE_RELAXED {
-            return Err(code::INVALID_VALUE);
+            return Err(code::CUDA_ERROR_INVALID_VALUE);
         }
         let previous = THREAD_CAPTURE_MODE.with(|m| m.replace(wanted));
         // SAFETY: as above.
@@ -625,7 +622,7 @@ cuda_entry! {
     fn cuGraphCreate(out: *mut CUgraph, flags: u32) {
         crate::init::process()?;
         if out.is_null() || flags != 0 {
-            return Err(code::INVALID_VALUE);
+            return Err(code::CUDA_ERROR_INVALID_VALUE);
         }
         let handle = GRAPHS.insert(Graph::new());
         // SAFETY: checked non-null; the caller provides a CUgraph to write.
@@ -634,7 +631,7 @@ cuda_entry! {
 
     fn cuGraphDestroy(graph: CUgraph) {
         crate::init::process()?;
-        retire(graph).map(drop).ok_or(code::INVALID_VALUE)
+        retire(graph).map(drop).ok_or(code::CUDA_ERROR_INVALID_VALUE)
     }
 
     /// The pre-12.0 form: error node and log are left empty, there being no errors to
@@ -677,7 +674,7 @@ cuda_entry! {
 
     fn cuGraphExecDestroy(exec: CUgraphExec) {
         crate::init::process()?;
-        EXECS.remove(exec).map(drop).ok_or(code::INVALID_VALUE)
+        EXECS.remove(exec).map(drop).ok_or(code::CUDA_ERROR_INVALID_VALUE)
     }
 
     fn cuGraphLaunch(exec: CUgraphExec, stream: CUstream) {

@@ -48,8 +48,8 @@ extern "C" fn forked_child() {
 
 fn init_error(e: &NodeError) -> CUresult {
     match e {
-        NodeError::Devices(_) => code::NO_DEVICE,
-        _ => code::OPERATING_SYSTEM,
+        NodeError::Devices(_) => code::CUDA_ERROR_NO_DEVICE,
+        _ => code::CUDA_ERROR_OPERATING_SYSTEM,
     }
 }
 
@@ -91,11 +91,11 @@ pub(crate) fn visible_devices(setting: Option<&str>, all: &[DeviceInfo]) -> Vec<
 
 fn driver() -> Result<&'static Driver, CUresult> {
     if FORKED.load(Ordering::Relaxed) {
-        return Err(code::NOT_INITIALIZED);
+        return Err(code::CUDA_ERROR_NOT_INITIALIZED);
     }
     match DRIVER.get() {
         Some(Ok(d)) => Ok(d),
-        _ => Err(code::NOT_INITIALIZED),
+        _ => Err(code::CUDA_ERROR_NOT_INITIALIZED),
     }
 }
 
@@ -116,7 +116,7 @@ pub(crate) fn check_device(dev: CUdevice) -> Result<usize, CUresult> {
     usize::try_from(dev)
         .ok()
         .filter(|&d| d < count)
-        .ok_or(code::INVALID_DEVICE)
+        .ok_or(code::CUDA_ERROR_INVALID_DEVICE)
 }
 
 /// The description of a device ordinal.
@@ -128,10 +128,10 @@ pub(crate) fn device(dev: CUdevice) -> Result<&'static DeviceInfo, CUresult> {
 cuda_entry! {
     fn cuInit(flags: u32) {
         if FORKED.load(Ordering::Relaxed) {
-            return Err(code::NOT_INITIALIZED);
+            return Err(code::CUDA_ERROR_NOT_INITIALIZED);
         }
         if flags != 0 {
-            return Err(code::INVALID_VALUE);
+            return Err(code::CUDA_ERROR_INVALID_VALUE);
         }
         let driver = DRIVER.get_or_init(open).as_ref().map_err(|&e| e)?;
         // Once the process is attached: the RM's requests go through the process's

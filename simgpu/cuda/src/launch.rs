@@ -154,9 +154,11 @@ impl KernelLaunch {
         if ptr % 4 != 0 {
             return Err(MISALIGNED_ADDRESS);
         }
-        let bytes = count.checked_mul(4).ok_or(code::ILLEGAL_ADDRESS)?;
+        let bytes = count
+            .checked_mul(4)
+            .ok_or(code::CUDA_ERROR_ILLEGAL_ADDRESS)?;
         let base = crate::memory::device_range(ptr, bytes)
-            .ok_or(code::ILLEGAL_ADDRESS)?
+            .ok_or(code::CUDA_ERROR_ILLEGAL_ADDRESS)?
             .cast::<u32>();
         for i in 0..count as usize {
             // SAFETY: device_range vouched that the `count` aligned words at `base` are a live
@@ -192,7 +194,7 @@ impl Geometry {
         if ok {
             Ok(())
         } else {
-            Err(code::INVALID_VALUE)
+            Err(code::CUDA_ERROR_INVALID_VALUE)
         }
     }
 
@@ -221,14 +223,14 @@ unsafe fn collect_args(
 ) -> Result<Vec<u8>, CUresult> {
     let mut args = vec![0u8; f.params_size];
     if !params.is_null() && !extra.is_null() {
-        return Err(code::INVALID_VALUE);
+        return Err(code::CUDA_ERROR_INVALID_VALUE);
     }
     if !params.is_null() {
         for (i, p) in f.params.iter().enumerate() {
             // SAFETY: the caller provides one pointer per kernel parameter.
             let src = unsafe { params.add(i).read() };
             if src.is_null() {
-                return Err(code::INVALID_VALUE);
+                return Err(code::CUDA_ERROR_INVALID_VALUE);
             }
             // SAFETY: each pointer points to a value of its parameter's size; the destination
             // range lies within `args` (offset + size <= params_size).
@@ -246,7 +248,7 @@ unsafe fn collect_args(
         return if f.params.is_empty() {
             Ok(args)
         } else {
-            Err(code::INVALID_VALUE)
+            Err(code::CUDA_ERROR_INVALID_VALUE)
         };
     }
     let (mut buffer, mut size): (*const u8, Option<usize>) = (std::ptr::null(), None);
@@ -264,12 +266,12 @@ unsafe fn collect_args(
                 // SAFETY: as above; the value points to a size_t.
                 let p = unsafe { extra.add(i + 1).read() }.cast::<usize>();
                 if p.is_null() {
-                    return Err(code::INVALID_VALUE);
+                    return Err(code::CUDA_ERROR_INVALID_VALUE);
                 }
                 // SAFETY: non-null pointer to the buffer's size.
                 size = Some(unsafe { p.read() });
             }
-            _ => return Err(code::INVALID_VALUE),
+            _ => return Err(code::CUDA_ERROR_INVALID_VALUE),
         }
         i += 2;
     }
@@ -282,7 +284,7 @@ unsafe fn collect_args(
             unsafe { std::ptr::copy_nonoverlapping(buffer, args.as_mut_ptr(), f.params_size) };
             Ok(args)
         }
-        _ => Err(code::INVALID_VALUE),
+        _ => Err(code::CUDA_ERROR_INVALID_VALUE),
     }
 }
 
@@ -317,24 +319,7 @@ unsafe fn launch(
     stream::submit_node(&stream, Node::Kernel(Arc::new(launch)))
 }
 
-/// `CUlaunchConfig`.
-#[repr(C)]
-pub struct LaunchConfig {
-    grid: [u32; 3],
-    block: [u32; 3],
-    shared: u32,
-    stream: CUstream,
-    attrs: *const LaunchAttribute,
-    num_attrs: u32,
-}
-
-/// `CUlaunchAttribute`: an id and a 64-byte value, 8-byte aligned.
-#[repr(C)]
-pub struct LaunchAttribute {
-    id: u32,
-    pad: [u8; 4],
-    value: [u64; 8],
-}
+use tessera_cuda_abi::{CUlaunchAttribute as LaunchAttribute, CUlaunchConfig as LaunchConfig};
 
 /// `CU_LAUNCH_ATTRIBUTE_COOPERATIVE`.
 const ATTRIBUTE_COOPERATIVE: u32 = 2;
@@ -352,12 +337,12 @@ unsafe fn launch_ex(
 ) -> DriverResult {
     crate::init::process()?;
     if config.is_null() {
-        return Err(code::INVALID_VALUE);
+        return Err(code::CUDA_ERROR_INVALID_VALUE);
     }
     // SAFETY: non-null; the caller provides a launch configuration.
     let c = unsafe { &*config };
     if c.num_attrs > 0 && c.attrs.is_null() {
-        return Err(code::INVALID_VALUE);
+        return Err(code::CUDA_ERROR_INVALID_VALUE);
     }
     let attrs: &[LaunchAttribute] = if c.num_attrs == 0 {
         &[]

@@ -29,7 +29,7 @@ fn pair(peer: CUcontext) -> Result<(u64, u64), CUresult> {
     let ctx = context::current()?;
     let peer = context::lookup(peer)?;
     if peer.is_destroyed() || std::sync::Arc::ptr_eq(&ctx, &peer) {
-        return Err(code::INVALID_CONTEXT);
+        return Err(code::CUDA_ERROR_INVALID_CONTEXT);
     }
     // As `cuDeviceCanAccessPeer` answers: distinct devices are peers, a device is not its
     // own.
@@ -42,7 +42,7 @@ fn pair(peer: CUcontext) -> Result<(u64, u64), CUresult> {
 fn enable(peer: CUcontext, flags: u32) -> DriverResult {
     let pair = pair(peer)?;
     if flags != 0 {
-        return Err(code::INVALID_VALUE);
+        return Err(code::CUDA_ERROR_INVALID_VALUE);
     }
     if !enabled().insert(pair) {
         return Err(PEER_ACCESS_ALREADY_ENABLED);

@@ -126,7 +126,7 @@ impl Stream {
         match self.capture() {
             Some(capture) => {
                 capture.invalidate();
-                Err(code::STREAM_CAPTURE_UNSUPPORTED)
+                Err(code::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED)
             }
             None => Ok(()),
         }
@@ -153,7 +153,7 @@ pub(crate) fn resolve(handle: CUstream, per_thread: bool) -> Result<Arc<Stream>,
         _ => STREAMS
             .get(handle)
             .filter(|s| !s.ctx.is_destroyed())
-            .ok_or(code::INVALID_HANDLE),
+            .ok_or(code::CUDA_ERROR_INVALID_HANDLE),
     }
 }
 
@@ -201,7 +201,7 @@ context::teardown_step!(Streams, forget_context);
 fn create(out: *mut CUstream, flags: u32, priority: i32) -> DriverResult {
     let ctx = context::current()?;
     if out.is_null() || flags & !NON_BLOCKING != 0 {
-        return Err(code::INVALID_VALUE);
+        return Err(code::CUDA_ERROR_INVALID_VALUE);
     }
     let kind = if flags & NON_BLOCKING != 0 {
         StreamKind::NonBlocking
@@ -218,7 +218,9 @@ fn create(out: *mut CUstream, flags: u32, priority: i32) -> DriverResult {
 fn destroy(handle: CUstream) -> DriverResult {
     init::process()?;
     // The default streams cannot be destroyed.
-    let stream = STREAMS.remove(handle).ok_or(code::INVALID_HANDLE)?;
+    let stream = STREAMS
+        .remove(handle)
+        .ok_or(code::CUDA_ERROR_INVALID_HANDLE)?;
     if let Some(capture) = stream.capture() {
         capture.invalidate();
         stream.set_capture(None);
@@ -240,7 +242,7 @@ fn query(handle: CUstream, per_thread: bool) -> DriverResult {
     if idle {
         Ok(())
     } else {
-        Err(code::NOT_READY)
+        Err(code::CUDA_ERROR_NOT_READY)
     }
 }
 
@@ -264,7 +266,7 @@ fn launch_host_func(
     per_thread: bool,
 ) -> DriverResult {
     let stream = resolve(handle, per_thread)?;
-    let f = f.ok_or(code::INVALID_VALUE)?;
+    let f = f.ok_or(code::CUDA_ERROR_INVALID_VALUE)?;
     let user = UserPtr(user);
     let work: HostWork = Arc::new(move || {
         let user = user;
@@ -283,9 +285,9 @@ fn add_callback(
     per_thread: bool,
 ) -> DriverResult {
     let stream = resolve(handle, per_thread)?;
-    let f = f.ok_or(code::INVALID_VALUE)?;
+    let f = f.ok_or(code::CUDA_ERROR_INVALID_VALUE)?;
     if flags != 0 {
-        return Err(code::INVALID_VALUE);
+        return Err(code::CUDA_ERROR_INVALID_VALUE);
     }
     stream.refuse_capture()?;
     let (user, named) = (UserPtr(user), UserPtr(handle));

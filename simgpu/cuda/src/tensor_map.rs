@@ -43,7 +43,7 @@ fn element_bytes(data_type: u32) -> Result<Option<u64>, CUresult> {
     match data_type {
         t if (t as usize) < BYTES.len() => Ok(Some(BYTES[t as usize])),
         13..=15 => Ok(None),
-        _ => Err(code::INVALID_VALUE),
+        _ => Err(code::CUDA_ERROR_INVALID_VALUE),
     }
 }
 
@@ -129,7 +129,7 @@ impl Tiled {
         {
             Ok(())
         } else {
-            Err(code::INVALID_VALUE)
+            Err(code::CUDA_ERROR_INVALID_VALUE)
         }
     }
 
@@ -166,7 +166,7 @@ unsafe fn array<T: Copy>(p: *const T, n: usize) -> Result<Vec<T>, CUresult> {
         return Ok(Vec::new());
     }
     if p.is_null() {
-        return Err(code::INVALID_VALUE);
+        return Err(code::CUDA_ERROR_INVALID_VALUE);
     }
     // SAFETY: non-null and holding n values, by the contract.
     Ok(unsafe { std::slice::from_raw_parts(p, n) }.to_vec())
@@ -175,7 +175,7 @@ unsafe fn array<T: Copy>(p: *const T, n: usize) -> Result<Vec<T>, CUresult> {
 /// Checks a descriptor's place: non-null and aligned to 64 bytes.
 fn place(map: *mut TensorMap) -> DriverResult {
     if map.is_null() || !(map as usize).is_multiple_of(std::mem::align_of::<TensorMap>()) {
-        return Err(code::INVALID_VALUE);
+        return Err(code::CUDA_ERROR_INVALID_VALUE);
     }
     Ok(())
 }
@@ -197,7 +197,7 @@ cuda_entry! {
     ) {
         place(map)?;
         if !(1..=MAX_RANK).contains(&rank) {
-            return Err(code::INVALID_VALUE);
+            return Err(code::CUDA_ERROR_INVALID_VALUE);
         }
         let n = rank as usize;
         // SAFETY: the caller passes `rank` dimension sizes, by the contract.
@@ -234,7 +234,7 @@ cuda_entry! {
         let interleave = ((encoded.words[15] >> 16) & 0xff) as u32;
         let address = address as u64;
         if address == 0 || !address.is_multiple_of(address_align(interleave)) {
-            return Err(code::INVALID_VALUE);
+            return Err(code::CUDA_ERROR_INVALID_VALUE);
         }
         encoded.words[0] = address;
         // SAFETY: as above, for a write.
@@ -290,7 +290,7 @@ mod tests {
         for (i, spoil) in bad.iter().enumerate() {
             let mut t = tiled();
             spoil(&mut t);
-            assert_eq!(t.check(), Err(code::INVALID_VALUE), "case {i}");
+            assert_eq!(t.check(), Err(code::CUDA_ERROR_INVALID_VALUE), "case {i}");
         }
     }
 }

@@ -155,7 +155,9 @@ pub(crate) fn on_executor_thread() -> bool {
 
 fn executor(device: usize) -> Result<&'static Executor, CUresult> {
     let process = crate::init::process()?;
-    let slot = EXECUTORS.get(device).ok_or(code::INVALID_DEVICE)?;
+    let slot = EXECUTORS
+        .get(device)
+        .ok_or(code::CUDA_ERROR_INVALID_DEVICE)?;
     let exec = slot.get_or_init(|| Executor {
         device,
         state: Mutex::new(State::default()),
@@ -494,7 +496,7 @@ fn execute(
         }
         Work::Callback(f) => {
             let start = now_ns();
-            f(ctx.sticky_error().unwrap_or(code::SUCCESS));
+            f(ctx.sticky_error().unwrap_or(code::CUDA_SUCCESS));
             Ok(ready + (now_ns() - start))
         }
         Work::Record(event, n) => {
@@ -670,7 +672,7 @@ pub(crate) fn submit(stream: &Arc<Stream>, work: Work) -> Result<Mark, CUresult>
 /// Blocks until the work up to `mark` has run.
 pub(crate) fn wait_for(mark: Mark) -> DriverResult {
     if on_executor_thread() {
-        return Err(code::NOT_PERMITTED);
+        return Err(code::CUDA_ERROR_NOT_PERMITTED);
     }
     let exec = executor(mark.device)?;
     let mut state = exec.lock();
@@ -708,7 +710,7 @@ pub(crate) fn context_idle(ctx: &Context) -> Result<bool, CUresult> {
 /// Blocks until every operation submitted so far to the streams of a context has run.
 pub(crate) fn synchronize_context(ctx: &Context) -> DriverResult {
     if on_executor_thread() {
-        return Err(code::NOT_PERMITTED);
+        return Err(code::CUDA_ERROR_NOT_PERMITTED);
     }
     let exec = executor(ctx.device)?;
     let mut state = exec.lock();
@@ -816,7 +818,7 @@ impl Drop for Release<'_> {
 /// before it, and before the work submitted after it.
 pub(crate) fn run_in_order(stream: &Arc<Stream>, work: impl FnOnce()) -> DriverResult {
     if on_executor_thread() {
-        return Err(code::NOT_PERMITTED);
+        return Err(code::CUDA_ERROR_NOT_PERMITTED);
     }
     let meeting = Arc::new(Meeting {
         phase: Mutex::new(Phase::Queued),
@@ -827,7 +829,7 @@ pub(crate) fn run_in_order(stream: &Arc<Stream>, work: impl FnOnce()) -> DriverR
         return Err(stream
             .ctx
             .sticky_error()
-            .unwrap_or(code::CONTEXT_IS_DESTROYED));
+            .unwrap_or(code::CUDA_ERROR_CONTEXT_IS_DESTROYED));
     }
     let _release = Release(&meeting);
     stream.ctx.check_sticky()?;

@@ -32,7 +32,7 @@ const FIXED_ANSWERS: [[u64; 2]; 2] = [
 unsafe extern "C" fn check(version: u32, unix_seconds: u64, out: *mut [u64; 2]) -> CUresult {
     slot(|| {
         if out.is_null() {
-            return Err(code::INVALID_VALUE);
+            return Err(code::CUDA_ERROR_INVALID_VALUE);
         }
         let answer = answer(version, unix_seconds)?;
         if super::tracing() {
@@ -75,7 +75,7 @@ fn answer(version: u32, unix_seconds: u64) -> Result<[u64; 2], CUresult> {
 
 fn result(rc: CUresult) -> DriverResult {
     match rc {
-        code::SUCCESS => Ok(()),
+        code::CUDA_SUCCESS => Ok(()),
         e => Err(e),
     }
 }

@@ -92,7 +92,7 @@ unsafe extern "C" fn unknown_slot<const TABLE: usize, const SLOT: usize>() -> CU
             TABLES[TABLE].name
         );
     }
-    code::NOT_SUPPORTED
+    code::CUDA_ERROR_NOT_SUPPORTED
 }
 
 /// The unknown slot `SLOT` of table number `TABLE` (its index in [`TABLES`]).
@@ -183,7 +183,7 @@ fn slot(body: impl FnOnce() -> DriverResult) -> CUresult {
 cuda_entry! {
     fn cuGetExportTable(table: *mut *const c_void, id: *const [u8; 16]) {
         if table.is_null() || id.is_null() {
-            return Err(code::INVALID_VALUE);
+            return Err(code::CUDA_ERROR_INVALID_VALUE);
         }
         // SAFETY: non-null; a UUID is 16 bytes, by the contract.
         let id = unsafe { id.read_unaligned() };
@@ -197,7 +197,7 @@ cuda_entry! {
         unsafe { table.write(start) };
         // The driver refuses tables it does not have as an invalid argument.
         if start.is_null() {
-            Err(code::INVALID_VALUE)
+            Err(code::CUDA_ERROR_INVALID_VALUE)
         } else {
             Ok(())
         }
@@ -229,20 +229,20 @@ mod tests {
             let mut start = std::ptr::null();
             // SAFETY: valid out-pointer and UUID.
             let rc = unsafe { cuGetExportTable(&mut start, &t.uuid) };
-            assert_eq!(rc, code::SUCCESS, "{}", t.name);
+            assert_eq!(rc, code::CUDA_SUCCESS, "{}", t.name);
             assert!(!start.is_null(), "{}", t.name);
         }
         let mut start = std::ptr::null();
         // SAFETY: as above.
         let rc = unsafe { cuGetExportTable(&mut start, &runtime_uuid()) };
-        assert_eq!(rc, code::SUCCESS);
+        assert_eq!(rc, code::CUDA_SUCCESS);
         // SAFETY: the runtime table's first slot holds its size.
         let size = unsafe { *start.cast::<usize>() };
         assert_eq!(size, 16 * std::mem::size_of::<usize>());
         let unknown_id = [7u8; 16];
         // SAFETY: as above.
         let rc = unsafe { cuGetExportTable(&mut start, &unknown_id) };
-        assert_eq!(rc, code::INVALID_VALUE);
+        assert_eq!(rc, code::CUDA_ERROR_INVALID_VALUE);
         assert!(start.is_null());
     }
 

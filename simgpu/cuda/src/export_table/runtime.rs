@@ -38,19 +38,19 @@ pub(super) static RUNTIME: Table<16> = {
 };
 
 unsafe extern "C" fn ready() -> CUresult {
-    code::SUCCESS
+    code::CUDA_SUCCESS
 }
 
 /// Loads a module from any image `cuModuleLoadData` accepts (a fat binary wrapper or a fat
 /// binary: PTX inside is what runs here).
 fn load(out: *mut CUmodule, image: *const c_void) -> DriverResult {
     if out.is_null() || image.is_null() {
-        return Err(code::INVALID_VALUE);
+        return Err(code::CUDA_ERROR_INVALID_VALUE);
     }
     // SAFETY: `out` is a writable module handle and `image` a fat binary (or its wrapper),
     // as the runtime passes them.
     match unsafe { crate::module::cuModuleLoadData(out, image) } {
-        code::SUCCESS => Ok(()),
+        code::CUDA_SUCCESS => Ok(()),
         e => Err(e),
     }
 }
@@ -98,7 +98,7 @@ unsafe extern "C" fn primary_context(pctx: *mut CUcontext, dev: CUdevice) -> CUr
 }
 
 unsafe extern "C" fn acknowledge(_value: usize) -> CUresult {
-    code::SUCCESS
+    code::CUDA_SUCCESS
 }
 
 /// The runtime's private way to create a context (the same as `cuCtxCreate_v2`).
@@ -127,11 +127,11 @@ unsafe extern "C" fn context_state(
     _detail: *mut *const c_void,
 ) -> CUresult {
     if state.is_null() {
-        return code::INVALID_VALUE;
+        return code::CUDA_ERROR_INVALID_VALUE;
     }
     // SAFETY: non-null, and a writable 32-bit word as the runtime passes it.
     unsafe { state.write(0) };
-    code::SUCCESS
+    code::CUDA_SUCCESS
 }
 
 unsafe extern "C" fn process_state() -> u32 {

@@ -73,13 +73,13 @@ unsafe extern "C" fn remove(ctx: CUcontext, key: *mut c_void) -> CUresult {
 unsafe extern "C" fn get(value: *mut *mut c_void, ctx: CUcontext, key: *mut c_void) -> CUresult {
     slot(|| {
         if value.is_null() {
-            return Err(code::INVALID_VALUE);
+            return Err(code::CUDA_ERROR_INVALID_VALUE);
         }
         let ctx = context(ctx)?;
         let found = with_entries(|e| e.get(&(ctx.id, key as usize)).map(|v| v.value));
         // SAFETY: non-null, and writable as the runtime passes it.
         unsafe { value.write(found.unwrap_or(0) as *mut c_void) };
-        found.map(|_| ()).ok_or(code::INVALID_HANDLE)
+        found.map(|_| ()).ok_or(code::CUDA_ERROR_INVALID_HANDLE)
     })
 }
 

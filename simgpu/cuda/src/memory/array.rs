@@ -10,31 +10,11 @@ use crate::init;
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::{Mutex, MutexGuard};
+use tessera_cuda_abi::{
+    CUDA_ARRAY3D_DESCRIPTOR as Array3dDescriptor, CUDA_ARRAY_DESCRIPTOR as ArrayDescriptor,
+};
 
-/// An array handle, as the program sees it.
-type CUarray = *mut c_void;
-
-/// `CUDA_ARRAY_DESCRIPTOR` (v2).
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub(crate) struct ArrayDescriptor {
-    width: usize,
-    height: usize,
-    format: u32,
-    num_channels: u32,
-}
-
-/// `CUDA_ARRAY3D_DESCRIPTOR` (v2).
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub(crate) struct Array3dDescriptor {
-    width: usize,
-    height: usize,
-    depth: usize,
-    format: u32,
-    num_channels: u32,
-    flags: u32,
-}
+use tessera_cuda_abi::CUarray;
 
 /// Bytes of one element of a `CUarray_format` with `channels` channels.
 fn element_size(format: u32, channels: u32) -> Option<u64> {
@@ -98,9 +78,10 @@ pub(super) fn layout(array: *mut c_void) -> Option<(u64, u64, u64)> {
 /// Counts and (for plain arrays) maps a new array; returns its handle.
 fn create(desc: Array3dDescriptor, levels: u32, mipmapped: bool) -> Result<usize, CUresult> {
     let (device, _) = current_device()?;
-    let elem = element_size(desc.format, desc.num_channels).ok_or(code::INVALID_VALUE)?;
+    let elem =
+        element_size(desc.format, desc.num_channels).ok_or(code::CUDA_ERROR_INVALID_VALUE)?;
     if desc.width == 0 || (desc.height == 0 && desc.depth != 0) || levels == 0 {
-        return Err(code::INVALID_VALUE);
+        return Err(code::CUDA_ERROR_INVALID_VALUE);
     }
     let mut bytes = 0u64;
     for level in 0..levels.min(64) {
@@ -109,13 +90,15 @@ fn create(desc: Array3dDescriptor, levels: u32, mipmapped: bool) -> Result<usize
             .checked_mul(dim(desc.height))
             .and_then(|v| v.checked_mul(dim(desc.depth)))
             .and_then(|v| v.checked_mul(elem))
-            .ok_or(code::OUT_OF_MEMORY)?;
-        bytes = bytes.checked_add(level_bytes).ok_or(code::OUT_OF_MEMORY)?;
+            .ok_or(code::CUDA_ERROR_OUT_OF_MEMORY)?;
+        bytes = bytes
+            .checked_add(level_bytes)
+            .ok_or(code::CUDA_ERROR_OUT_OF_MEMORY)?;
     }
     let process = init::process()?;
     process
         .reserve_memory(device, bytes)
-        .map_err(|_| code::OUT_OF_MEMORY)?;
+        .map_err(|_| code::CUDA_ERROR_OUT_OF_MEMORY)?;
     let base = if mipmapped {
         0
     } else {
@@ -149,7 +132,7 @@ fn destroy(handle: *mut c_void, mipmapped: bool) -> DriverResult {
         };
         map.remove(&(handle as usize))
     })
-    .ok_or(code::INVALID_HANDLE)?;
+    .ok_or(code::CUDA_ERROR_INVALID_HANDLE)?;
     if array.base != 0 {
         // SAFETY: the array's elements were mapped by `create` and the handle is gone.
         unsafe { unmap(array.base, array.bytes) };
@@ -160,14 +143,15 @@ fn destroy(handle: *mut c_void, mipmapped: bool) -> DriverResult {
 
 fn descriptor(handle: CUarray) -> Result<Array3dDescriptor, CUresult> {
     init::process()?;
-    with_arrays(|a| a.plain.get(&(handle as usize)).map(|x| x.desc)).ok_or(code::INVALID_HANDLE)
+    with_arrays(|a| a.plain.get(&(handle as usize)).map(|x| x.desc))
+        .ok_or(code::CUDA_ERROR_INVALID_HANDLE)
 }
 
 cuda_entry! {
     fn cuArrayCreate_v2(handle: *mut CUarray, desc: *const ArrayDescriptor) {
         init::process()?;
         if handle.is_null() || desc.is_null() {
-            return Err(code::INVALID_VALUE);
+            return Err(code::CUDA_ERROR_INVALID_VALUE);
         }
         // SAFETY: desc is non-null and points to a CUDA_ARRAY_DESCRIPTOR.
         let d = unsafe { desc.read() };
@@ -187,7 +171,7 @@ cuda_entry! {
     fn cuArray3DCreate_v2(handle: *mut CUarray, desc: *const Array3dDescriptor) {
         init::process()?;
         if handle.is_null() || desc.is_null() {
-            return Err(code::INVALID_VALUE);
+            return Err(code::CUDA_ERROR_INVALID_VALUE);
         }
         // SAFETY: desc is non-null and points to a CUDA_ARRAY3D_DESCRIPTOR.
         let d = unsafe { desc.read() };
@@ -221,7 +205,7 @@ cuda_entry! {
     fn cuMipmappedArrayCreate(handle: *mut *mut c_void, desc: *const Array3dDescriptor, num_levels: u32) {
         init::process()?;
         if handle.is_null() || desc.is_null() {
-            return Err(code::INVALID_VALUE);
+            return Err(code::CUDA_ERROR_INVALID_VALUE);
         }
         // SAFETY: desc is non-null and points to a CUDA_ARRAY3D_DESCRIPTOR.
         let d = unsafe { desc.read() };

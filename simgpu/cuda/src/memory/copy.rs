@@ -74,7 +74,7 @@ fn extent(pitch: u64, width: u64, height: u64) -> Result<u64, CUresult> {
     (height - 1)
         .checked_mul(pitch)
         .and_then(|v| v.checked_add(width))
-        .ok_or(code::INVALID_VALUE)
+        .ok_or(code::CUDA_ERROR_INVALID_VALUE)
 }
 
 /// Checks that `[ptr, ptr + len)` lies inside one device allocation the program may access
@@ -83,7 +83,7 @@ fn check_device(ptr: u64, len: u64, need: Access) -> DriverResult {
     let ok = registry::read()
         .find_range(ptr, len)
         .is_some_and(|a| a.access >= need);
-    ok.then_some(()).ok_or(code::INVALID_VALUE)
+    ok.then_some(()).ok_or(code::CUDA_ERROR_INVALID_VALUE)
 }
 
 /// For memory that may be host or device (unified addressing): if the driver knows it, the
@@ -94,13 +94,13 @@ fn check_unified(ptr: u64, len: u64, need: Access) -> Result<bool, CUresult> {
     match reg.find(ptr) {
         None => {
             if ptr == 0 {
-                return Err(code::INVALID_VALUE);
+                return Err(code::CUDA_ERROR_INVALID_VALUE);
             }
             Ok(false)
         }
         Some(_) => match reg.find_range(ptr, len) {
             Some(a) if a.access >= need => Ok(true),
-            _ => Err(code::INVALID_VALUE),
+            _ => Err(code::CUDA_ERROR_INVALID_VALUE),
         },
     }
 }
@@ -174,11 +174,11 @@ fn side(
     need: Access,
 ) -> Result<Side, CUresult> {
     if memory_type == MEMORY_ARRAY {
-        let (base, row_bytes, rows) = array::layout(array).ok_or(code::INVALID_VALUE)?;
+        let (base, row_bytes, rows) = array::layout(array).ok_or(code::CUDA_ERROR_INVALID_VALUE)?;
         let fits = x.checked_add(width).is_some_and(|e| e <= row_bytes)
             && y.checked_add(height).is_some_and(|e| e <= rows);
         if !fits {
-            return Err(code::INVALID_VALUE);
+            return Err(code::CUDA_ERROR_INVALID_VALUE);
         }
         return Ok(Side {
             addr: base + y * row_bytes + x,
@@ -187,20 +187,20 @@ fn side(
         });
     }
     if height > 1 && pitch < width {
-        return Err(code::INVALID_VALUE);
+        return Err(code::CUDA_ERROR_INVALID_VALUE);
     }
     let start = |base: u64| {
         y.checked_mul(pitch)
             .and_then(|o| o.checked_add(x))
             .and_then(|o| base.checked_add(o))
-            .ok_or(code::INVALID_VALUE)
+            .ok_or(code::CUDA_ERROR_INVALID_VALUE)
     };
     let span = extent(pitch, width, height)?;
     match memory_type {
         MEMORY_HOST => {
             let addr = start(host)?;
             if host == 0 {
-                return Err(code::INVALID_VALUE);
+                return Err(code::CUDA_ERROR_INVALID_VALUE);
             }
             let known = registry::read().find_range(addr, span).is_some();
             Ok(Side { addr, pitch, known })
@@ -219,7 +219,7 @@ fn side(
             let known = check_unified(addr, span, need)?;
             Ok(Side { addr, pitch, known })
         }
-        _ => Err(code::INVALID_VALUE),
+        _ => Err(code::CUDA_ERROR_INVALID_VALUE),
     }
 }
 
@@ -247,7 +247,7 @@ pub(crate) struct Memcpy2d {
 fn copy_2d(p: *const Memcpy2d, order: Order) -> DriverResult {
     init::process()?;
     if p.is_null() {
-        return Err(code::INVALID_VALUE);
+        return Err(code::CUDA_ERROR_INVALID_VALUE);
     }
     // SAFETY: p is non-null and, by the contract, points to a CUDA_MEMCPY2D.
     let c = unsafe { &*p };
@@ -342,10 +342,10 @@ fn memset(
     if w == 0 || h == 0 {
         return Ok(());
     }
-    let row_bytes = w.checked_mul(size).ok_or(code::INVALID_VALUE)?;
+    let row_bytes = w.checked_mul(size).ok_or(code::CUDA_ERROR_INVALID_VALUE)?;
     let pitch = if h == 1 { row_bytes } else { pitch as u64 };
     if !aligned(dst, size) || !aligned(pitch, size) || pitch < row_bytes {
-        return Err(code::INVALID_VALUE);
+        return Err(code::CUDA_ERROR_INVALID_VALUE);
     }
     check_device(dst, extent(pitch, row_bytes, h)?, Access::ReadWrite)?;
     order.submit(HostKind::Set, move || {

@@ -31,14 +31,14 @@ pub(super) fn allocate(
     context: Owner,
 ) -> Result<u64, CUresult> {
     if bytes == 0 {
-        return Err(code::INVALID_VALUE);
+        return Err(code::CUDA_ERROR_INVALID_VALUE);
     }
     let process = init::process()?;
     let accounted = kind.counted();
     if accounted {
         process
             .reserve_memory(device, bytes)
-            .map_err(|_| code::OUT_OF_MEMORY)?;
+            .map_err(|_| code::CUDA_ERROR_OUT_OF_MEMORY)?;
     }
     let base = map_lazy(bytes).inspect_err(|_| {
         if accounted {
@@ -94,7 +94,7 @@ pub(super) fn begin_free(ptr: u64, accept: fn(Kind) -> bool) -> Result<Allocatio
             a.free_pending = true;
             Ok(a.clone())
         }
-        _ => Err(code::INVALID_VALUE),
+        _ => Err(code::CUDA_ERROR_INVALID_VALUE),
     }
 }
 
@@ -147,7 +147,7 @@ pub(super) fn current_device() -> Result<(usize, Owner), CUresult> {
 fn alloc_on_current(out: *mut CUdeviceptr, bytes: u64, kind: Kind) -> DriverResult {
     let (device, ctx) = current_device()?;
     if out.is_null() {
-        return Err(code::INVALID_VALUE);
+        return Err(code::CUDA_ERROR_INVALID_VALUE);
     }
     let base = allocate(device, bytes, kind, ctx)?;
     // SAFETY: out is non-null and, by the contract, points to a CUdeviceptr.
@@ -157,7 +157,7 @@ fn alloc_on_current(out: *mut CUdeviceptr, bytes: u64, kind: Kind) -> DriverResu
 fn host_alloc(out: *mut *mut c_void, bytes: usize, flags: u32) -> DriverResult {
     let (device, ctx) = current_device()?;
     if out.is_null() || flags & !HOST_ALLOC_FLAGS != 0 {
-        return Err(code::INVALID_VALUE);
+        return Err(code::CUDA_ERROR_INVALID_VALUE);
     }
     let base = allocate(device, bytes as u64, Kind::Host(flags), ctx)?;
     // SAFETY: out is non-null and points to a pointer.
@@ -167,7 +167,7 @@ fn host_alloc(out: *mut *mut c_void, bytes: usize, flags: u32) -> DriverResult {
 fn host_register(p: *mut c_void, bytes: usize, flags: u32) -> DriverResult {
     let (device, ctx) = current_device()?;
     if p.is_null() || bytes == 0 || flags & !HOST_REGISTER_FLAGS != 0 {
-        return Err(code::INVALID_VALUE);
+        return Err(code::CUDA_ERROR_INVALID_VALUE);
     }
     let base = p as u64;
     let mut reg = registry::write();
@@ -202,13 +202,13 @@ cuda_entry! {
     ) {
         let (device, ctx) = current_device()?;
         if dptr.is_null() || p_pitch.is_null() || width_in_bytes == 0 || height == 0 {
-            return Err(code::INVALID_VALUE);
+            return Err(code::CUDA_ERROR_INVALID_VALUE);
         }
         if ![4, 8, 16].contains(&element_size_bytes) {
-            return Err(code::INVALID_VALUE);
+            return Err(code::CUDA_ERROR_INVALID_VALUE);
         }
-        let pitch = round_up(width_in_bytes as u64, PITCH_ALIGNMENT).ok_or(code::INVALID_VALUE)?;
-        let bytes = pitch.checked_mul(height as u64).ok_or(code::OUT_OF_MEMORY)?;
+        let pitch = round_up(width_in_bytes as u64, PITCH_ALIGNMENT).ok_or(code::CUDA_ERROR_INVALID_VALUE)?;
+        let bytes = pitch.checked_mul(height as u64).ok_or(code::CUDA_ERROR_OUT_OF_MEMORY)?;
         let base = allocate(device, bytes, Kind::Device, ctx)?;
         // SAFETY: both out-pointers are non-null and point to their types.
         unsafe {
@@ -220,7 +220,7 @@ cuda_entry! {
     fn cuMemAllocManaged(dptr: *mut CUdeviceptr, bytesize: usize, flags: u32) {
         if !ATTACH_FLAGS.contains(&flags) {
             init::process()?;
-            return Err(code::INVALID_VALUE);
+            return Err(code::CUDA_ERROR_INVALID_VALUE);
         }
         alloc_on_current(dptr, bytesize as u64, Kind::Managed)
     }
@@ -232,7 +232,7 @@ cuda_entry! {
     fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) {
         let (device, _) = current_device()?;
         if free.is_null() || total.is_null() {
-            return Err(code::INVALID_VALUE);
+            return Err(code::CUDA_ERROR_INVALID_VALUE);
         }
         let process = init::process()?;
         let capacity = init::devices()?[device].memory;
@@ -250,11 +250,11 @@ cuda_entry! {
         let mut t = 0usize;
         // SAFETY: both out-pointers are our locals.
         let rc = unsafe { cuMemGetInfo_v2(&mut f, &mut t) };
-        if rc != code::SUCCESS {
+        if rc != code::CUDA_SUCCESS {
             return Err(rc);
         }
         if free.is_null() || total.is_null() {
-            return Err(code::INVALID_VALUE);
+            return Err(code::CUDA_ERROR_INVALID_VALUE);
         }
         let clamp = |v: usize| u32::try_from(v).unwrap_or(u32::MAX);
         // SAFETY: both are non-null and point to unsigned ints.
@@ -279,13 +279,13 @@ cuda_entry! {
     fn cuMemHostGetDevicePointer_v2(pdptr: *mut CUdeviceptr, p: *mut c_void, flags: u32) {
         init::process()?;
         if pdptr.is_null() || flags != 0 {
-            return Err(code::INVALID_VALUE);
+            return Err(code::CUDA_ERROR_INVALID_VALUE);
         }
         let known = registry::read()
             .find(p as u64)
             .is_some_and(|a| !a.kind.on_device());
         if !known {
-            return Err(code::INVALID_VALUE);
+            return Err(code::CUDA_ERROR_INVALID_VALUE);
         }
         // Unified addressing: the device sees page-locked memory at its host address.
         // SAFETY: pdptr is non-null and points to a CUdeviceptr.
@@ -295,11 +295,11 @@ cuda_entry! {
     fn cuMemHostGetFlags(p_flags: *mut u32, p: *mut c_void) {
         init::process()?;
         if p_flags.is_null() {
-            return Err(code::INVALID_VALUE);
+            return Err(code::CUDA_ERROR_INVALID_VALUE);
         }
         let flags = match registry::read().find(p as u64).map(|a| a.kind) {
             Some(Kind::Host(f)) | Some(Kind::Registered(f)) => f,
-            _ => return Err(code::INVALID_VALUE),
+            _ => return Err(code::CUDA_ERROR_INVALID_VALUE),
         };
         // SAFETY: p_flags is non-null and points to an unsigned int.
         unsafe { write_out(p_flags, flags) }
@@ -331,7 +331,7 @@ cuda_entry! {
         let (base, size) = registry::read()
             .find(dptr)
             .map(|a| (a.base, a.size))
-            .ok_or(code::NOT_FOUND)?;
+            .ok_or(code::CUDA_ERROR_NOT_FOUND)?;
         // Either out-pointer may be null: the caller wants only the other.
         if !pbase.is_null() {
             // SAFETY: non-null, points to a CUdeviceptr.
@@ -357,7 +357,7 @@ fn check_managed(dptr: CUdeviceptr, count: usize, device: i32) -> DriverResult {
     let managed = registry::read()
         .find_range(dptr, count as u64)
         .is_some_and(|a| a.kind == Kind::Managed);
-    managed.then_some(()).ok_or(code::INVALID_VALUE)
+    managed.then_some(()).ok_or(code::CUDA_ERROR_INVALID_VALUE)
 }
 
 /// The device a `CUmemLocation` names for prefetches and advice (host kinds are the CPU).
@@ -365,7 +365,7 @@ fn location_target(location: CUmemLocation) -> Result<i32, CUresult> {
     match location.kind {
         LOCATION_DEVICE => Ok(location.id),
         2..=4 => Ok(DEVICE_CPU), // HOST, HOST_NUMA, HOST_NUMA_CURRENT
-        _ => Err(code::INVALID_VALUE),
+        _ => Err(code::CUDA_ERROR_INVALID_VALUE),
     }
 }
 
@@ -387,7 +387,7 @@ fn advise(dptr: CUdeviceptr, count: usize, advice: i32, device: i32) -> DriverRe
     if (1..=6).contains(&advice) {
         Ok(())
     } else {
-        Err(code::INVALID_VALUE)
+        Err(code::CUDA_ERROR_INVALID_VALUE)
     }
 }
 

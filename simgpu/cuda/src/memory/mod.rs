@@ -70,7 +70,7 @@ pub(crate) fn free_module_variables(base: u64) {
 
 /// Maps `bytes` of lazily backed, zero-filled read-write memory.
 fn map_lazy(bytes: u64) -> Result<u64, CUresult> {
-    let len = usize::try_from(bytes).map_err(|_| code::OUT_OF_MEMORY)?;
+    let len = usize::try_from(bytes).map_err(|_| code::CUDA_ERROR_OUT_OF_MEMORY)?;
     // SAFETY: a fresh anonymous mapping at an address of the kernel's choosing touches no
     // existing memory.
     let p = unsafe {
@@ -84,7 +84,7 @@ fn map_lazy(bytes: u64) -> Result<u64, CUresult> {
         )
     };
     if p == libc::MAP_FAILED {
-        return Err(code::OUT_OF_MEMORY);
+        return Err(code::CUDA_ERROR_OUT_OF_MEMORY);
     }
     Ok(p as u64)
 }

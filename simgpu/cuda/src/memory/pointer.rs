@@ -54,7 +54,7 @@ fn known_attribute(attr: c_int, ptr: u64, a: Option<&Allocation>) -> Result<Valu
         (4, Some(a)) if !matches!(a.kind, Kind::Device | Kind::Pool(_) | Kind::Mapped(_)) => {
             Pointer(ptr)
         } // HOST_POINTER
-        (5, _) => return Err(code::NOT_SUPPORTED), // P2P_TOKENS
+        (5, _) => return Err(code::CUDA_ERROR_NOT_SUPPORTED), // P2P_TOKENS
         (6, Some(_)) => Bool(true),                // SYNC_MEMOPS
         (7, Some(a)) => U64(a.id),                 // BUFFER_ID
         (8, a) => Bool(a.is_some_and(|a| a.kind == Kind::Managed)), // IS_MANAGED
@@ -75,7 +75,7 @@ fn known_attribute(attr: c_int, ptr: u64, a: Option<&Allocation>) -> Result<Valu
         (19, Some(a)) => Pointer(a.base), // MAPPING_BASE_ADDR
         (20, Some(a)) => U64(a.id),       // MEMORY_BLOCK_ID
         (21, _) => Bool(false),           // IS_HW_DECOMPRESS_CAPABLE
-        _ => return Err(code::INVALID_VALUE),
+        _ => return Err(code::CUDA_ERROR_INVALID_VALUE),
     };
     Ok(v)
 }
@@ -90,9 +90,9 @@ fn unknown_attribute(attr: c_int) -> Result<Value, CUresult> {
         16 => I32(0),
         7 | 12 | 14 | 18 | 20 => U64(0),
         9 => I32(-2),
-        5 => return Err(code::NOT_SUPPORTED),
+        5 => return Err(code::CUDA_ERROR_NOT_SUPPORTED),
         6 | 8 | 10 | 13 | 15 | 21 => Bool(false),
-        _ => return Err(code::INVALID_VALUE),
+        _ => return Err(code::CUDA_ERROR_INVALID_VALUE),
     };
     Ok(v)
 }
@@ -101,7 +101,7 @@ cuda_entry! {
     fn cuPointerGetAttribute(data: *mut c_void, attribute: c_int, ptr: CUdeviceptr) {
         init::process()?;
         if data.is_null() {
-            return Err(code::INVALID_VALUE);
+            return Err(code::CUDA_ERROR_INVALID_VALUE);
         }
         let value = known_attribute(attribute, ptr, registry::read().find(ptr))?;
         // SAFETY: data is non-null and, by the contract, fits the attribute's type.
@@ -112,7 +112,7 @@ cuda_entry! {
     fn cuPointerGetAttributes(count: u32, attributes: *const c_int, data: *mut *mut c_void, ptr: CUdeviceptr) {
         init::process()?;
         if count > 0 && (attributes.is_null() || data.is_null()) {
-            return Err(code::INVALID_VALUE);
+            return Err(code::CUDA_ERROR_INVALID_VALUE);
         }
         let reg = registry::read();
         let a = reg.find(ptr);
@@ -135,9 +135,9 @@ cuda_entry! {
     fn cuPointerSetAttribute(_value: *const c_void, attribute: c_int, ptr: CUdeviceptr) {
         init::process()?;
         if attribute != SYNC_MEMOPS {
-            return Err(code::INVALID_VALUE);
+            return Err(code::CUDA_ERROR_INVALID_VALUE);
         }
         // Every copy here is already synchronous where the attribute asks it to be.
-        registry::read().find(ptr).map(|_| ()).ok_or(code::INVALID_VALUE)
+        registry::read().find(ptr).map(|_| ()).ok_or(code::CUDA_ERROR_INVALID_VALUE)
     }
 }

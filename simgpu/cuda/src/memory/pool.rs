@@ -15,24 +15,15 @@ use simgpu::device::MAX_DEVICES;
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
 use std::sync::{Arc, Mutex, MutexGuard};
+pub(crate) use tessera_cuda_abi::CUmemLocation;
 
-/// A pool handle, as the program sees it.
-pub(crate) type CUmemoryPool = *mut c_void;
+pub(crate) use tessera_cuda_abi::CUmemoryPool;
 
 /// `CUmemAllocationType::PINNED`.
 pub(super) const ALLOCATION_PINNED: u32 = 1;
-/// `CUmemLocationType::DEVICE`.
-pub(super) const LOCATION_DEVICE: u32 = 1;
+pub(super) use tessera_cuda_abi::CU_MEM_LOCATION_TYPE_DEVICE as LOCATION_DEVICE;
 /// `CUmemAccess_flags::PROT_READWRITE`.
 const ACCESS_READWRITE: c_int = 3;
-
-/// `CUmemLocation`.
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct CUmemLocation {
-    pub kind: u32,
-    pub id: c_int,
-}
 
 /// The leading fields of `CUmemPoolProps` (the rest is reserved or Windows-only).
 #[repr(C)]
@@ -138,7 +129,7 @@ impl Pools {
     fn get(&mut self, pool: CUmemoryPool) -> Result<&mut Pool, CUresult> {
         self.by_handle
             .get_mut(&(pool as usize))
-            .ok_or(code::INVALID_VALUE)
+            .ok_or(code::CUDA_ERROR_INVALID_VALUE)
     }
 }
 
@@ -156,7 +147,7 @@ pub(crate) fn current_pool(device: usize) -> CUmemoryPool {
 pub(crate) fn set_current_pool(device: usize, pool: CUmemoryPool) -> DriverResult {
     let mut p = pools();
     if p.get(pool)?.device != device {
-        return Err(code::INVALID_DEVICE);
+        return Err(code::CUDA_ERROR_INVALID_DEVICE);
     }
     p.current[device] = pool as usize;
     Ok(())
@@ -186,7 +177,7 @@ fn alloc_async(
 ) -> DriverResult {
     init::process()?;
     if dptr.is_null() || bytes == 0 {
-        return Err(code::INVALID_VALUE);
+        return Err(code::CUDA_ERROR_INVALID_VALUE);
     }
     let stream_device = stream::stream_device(stream, per_thread)?;
     let (handle, device) = {
@@ -223,9 +214,9 @@ fn free_async(dptr: CUdeviceptr, stream: CUstream, per_thread: bool) -> DriverRe
 /// Checks a location names a device of the node; returns the device.
 pub(super) fn location_device(location: &CUmemLocation) -> Result<usize, CUresult> {
     if location.kind != LOCATION_DEVICE {
-        return Err(code::INVALID_VALUE);
+        return Err(code::CUDA_ERROR_INVALID_VALUE);
     }
-    init::check_device(location.id).map_err(|_| code::INVALID_VALUE)
+    init::check_device(location.id).map_err(|_| code::CUDA_ERROR_INVALID_VALUE)
 }
 
 cuda_entry! {
@@ -256,12 +247,12 @@ cuda_entry! {
     fn cuMemPoolCreate(pool: *mut CUmemoryPool, props: *const c_void) {
         init::process()?;
         if pool.is_null() || props.is_null() {
-            return Err(code::INVALID_VALUE);
+            return Err(code::CUDA_ERROR_INVALID_VALUE);
         }
         // SAFETY: props points to a CUmemPoolProps, whose leading fields these are.
         let head = unsafe { props.cast::<CUmemPoolPropsHead>().read() };
         if head.alloc_type != ALLOCATION_PINNED {
-            return Err(code::INVALID_VALUE);
+            return Err(code::CUDA_ERROR_INVALID_VALUE);
         }
         let device = location_device(&head.location)?;
         let _ = head.handle_types; // nothing is ever exported, whatever was asked for
@@ -274,7 +265,7 @@ cuda_entry! {
         init::process()?;
         let mut p = pools();
         if p.get(pool)?.default {
-            return Err(code::INVALID_VALUE);
+            return Err(code::CUDA_ERROR_INVALID_VALUE);
         }
         p.by_handle.remove(&(pool as usize));
         // A device whose current pool this was goes back to its default pool.
@@ -289,7 +280,7 @@ cuda_entry! {
         let mut p = pools();
         let pool = p.get(pool)?;
         if value.is_null() {
-            return Err(code::INVALID_VALUE);
+            return Err(code::CUDA_ERROR_INVALID_VALUE);
         }
         let int = || {
             // SAFETY: value is non-null and, for these attributes, points to an int.
@@ -304,7 +295,7 @@ cuda_entry! {
             4 => pool.release_threshold = u64(),
             // The high-water marks can only be reset, by writing 0.
             6 | 8 if u64() == 0 => pool.used_high = pool.used,
-            _ => return Err(code::INVALID_VALUE),
+            _ => return Err(code::CUDA_ERROR_INVALID_VALUE),
         }
         Ok(())
     }
@@ -314,7 +305,7 @@ cuda_entry! {
         let mut p = pools();
         let pool = p.get(pool)?;
         if value.is_null() {
-            return Err(code::INVALID_VALUE);
+            return Err(code::CUDA_ERROR_INVALID_VALUE);
         }
         let wide = match attr {
             1..=3 => {
@@ -326,7 +317,7 @@ cuda_entry! {
             // Nothing is kept in reserve: what the pool holds is what is in use.
             5 | 7 => pool.used,
             6 | 8 => pool.used_high,
-            _ => return Err(code::INVALID_VALUE),
+            _ => return Err(code::CUDA_ERROR_INVALID_VALUE),
         };
         // SAFETY: value is non-null and, for these attributes, points to a cuuint64_t.
         unsafe { value.cast::<u64>().write(wide) };
@@ -343,7 +334,7 @@ cuda_entry! {
         init::process()?;
         pools().get(pool)?;
         if count > 0 && map.is_null() {
-            return Err(code::INVALID_VALUE);
+            return Err(code::CUDA_ERROR_INVALID_VALUE);
         }
         for i in 0..count {
             // SAFETY: map holds count descriptors, by the contract.
@@ -357,7 +348,7 @@ cuda_entry! {
         init::process()?;
         pools().get(pool)?;
         if location.is_null() {
-            return Err(code::INVALID_VALUE);
+            return Err(code::CUDA_ERROR_INVALID_VALUE);
         }
         // SAFETY: location is non-null and points to a CUmemLocation.
         location_device(unsafe { &*location })?;

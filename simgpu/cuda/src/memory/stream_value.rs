@@ -25,11 +25,11 @@ const POLL: Duration = Duration::from_micros(50);
 /// A word the driver knows, as a pointer for the stream's work.
 fn word(addr: CUdeviceptr, bytes: u64) -> Result<usize, u32> {
     if !addr.is_multiple_of(bytes) {
-        return Err(code::INVALID_VALUE);
+        return Err(code::CUDA_ERROR_INVALID_VALUE);
     }
     crate::memory::device_range(addr, bytes)
         .map(|p| p as usize)
-        .ok_or(code::INVALID_VALUE)
+        .ok_or(code::CUDA_ERROR_INVALID_VALUE)
 }
 
 fn write(
@@ -41,7 +41,7 @@ fn write(
     flags: u32,
 ) -> DriverResult {
     if flags & !WRITE_NO_BARRIER != 0 {
-        return Err(code::INVALID_VALUE);
+        return Err(code::CUDA_ERROR_INVALID_VALUE);
     }
     let p = word(addr, bytes)?;
     let work = move || {
@@ -96,7 +96,7 @@ fn wait(
     flags: u32,
 ) -> DriverResult {
     if flags & !(0x3 | WAIT_FLUSH) != 0 {
-        return Err(code::INVALID_VALUE);
+        return Err(code::CUDA_ERROR_INVALID_VALUE);
     }
     let p = word(addr, bytes)?;
     let work = move || loop {
@@ -161,7 +161,7 @@ fn check_op(op: &BatchMemOp) -> Result<Option<(bool, u64)>, u32> {
         OP_WRITE_VALUE_64 => (false, 8),
         OP_FLUSH_REMOTE_WRITES if op.short_flags == 0 => return Ok(None),
         OP_BARRIER if op.short_flags <= BARRIER_GPU => return Ok(None),
-        _ => return Err(code::INVALID_VALUE),
+        _ => return Err(code::CUDA_ERROR_INVALID_VALUE),
     };
     let allowed = if waits {
         0x3 | WAIT_FLUSH
@@ -169,7 +169,7 @@ fn check_op(op: &BatchMemOp) -> Result<Option<(bool, u64)>, u32> {
         WRITE_NO_BARRIER
     };
     if op.flags & !allowed != 0 {
-        return Err(code::INVALID_VALUE);
+        return Err(code::CUDA_ERROR_INVALID_VALUE);
     }
     word(op.address, bytes)?;
     Ok(Some((waits, bytes)))
@@ -189,7 +189,7 @@ unsafe fn batch(
 ) -> DriverResult {
     crate::init::process()?;
     if flags != 0 || count >= BATCH_LIMIT || (count > 0 && ops.is_null()) {
-        return Err(code::INVALID_VALUE);
+        return Err(code::CUDA_ERROR_INVALID_VALUE);
     }
     crate::stream::resolve(stream, per_thread)?;
     let ops = if count == 0 {

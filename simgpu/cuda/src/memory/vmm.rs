@@ -23,22 +23,9 @@ const GRANULARITY: u64 = 2 << 20;
 /// The host page size: mappings and offsets must be multiples of it.
 const PAGE: u64 = 4096;
 
-/// `CUmemGenericAllocationHandle`.
-type Handle = u64;
-
-/// `CUmemAllocationProp`.
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub(crate) struct AllocationProp {
-    kind: u32,
-    requested_handle_types: u32,
-    location: CUmemLocation,
-    win32_handle_meta_data: *mut c_void,
-    alloc_flags: [u8; 8],
-}
-
-// SAFETY: the Windows metadata pointer is never dereferenced; the value is only handed back.
-unsafe impl Send for AllocationProp {}
+use tessera_cuda_abi::{
+    CUmemAllocationProp as AllocationProp, CUmemGenericAllocationHandle as Handle,
+};
 
 struct Physical {
     memory: OwnedFd,
@@ -82,7 +69,7 @@ impl Vmm {
         self.physical
             .get_mut(&handle)
             .filter(|p| p.refs > 0)
-            .ok_or(code::INVALID_VALUE)
+            .ok_or(code::CUDA_ERROR_INVALID_VALUE)
     }
 
     /// Frees a physical allocation nobody holds or maps any more.
@@ -142,12 +129,12 @@ impl Vmm {
 
 fn check_prop(prop: *const AllocationProp) -> Result<(AllocationProp, usize), CUresult> {
     if prop.is_null() {
-        return Err(code::INVALID_VALUE);
+        return Err(code::CUDA_ERROR_INVALID_VALUE);
     }
     // SAFETY: prop is non-null and, by the contract, points to a CUmemAllocationProp.
     let p = unsafe { prop.read() };
     if p.kind != ALLOCATION_PINNED {
-        return Err(code::INVALID_VALUE);
+        return Err(code::CUDA_ERROR_INVALID_VALUE);
     }
     let device = location_device(&p.location)?;
     Ok((p, device))
@@ -178,7 +165,9 @@ fn reserve_address_space(size: u64, alignment: u64, hint: u64) -> Result<u64, CU
             unsafe { libc::munmap(p, size as usize) };
         }
     }
-    let padded = size.checked_add(alignment).ok_or(code::OUT_OF_MEMORY)?;
+    let padded = size
+        .checked_add(alignment)
+        .ok_or(code::CUDA_ERROR_OUT_OF_MEMORY)?;
     // SAFETY: a fresh mapping at an address of the kernel's choosing.
     let p = unsafe {
         libc::mmap(
@@ -191,7 +180,7 @@ fn reserve_address_space(size: u64, alignment: u64, hint: u64) -> Result<u64, CU
         )
     };
     if p == libc::MAP_FAILED {
-        return Err(code::OUT_OF_MEMORY);
+        return Err(code::CUDA_ERROR_OUT_OF_MEMORY);
     }
     let start = p as u64;
     let base = (start + alignment - 1) & !(alignment - 1);
@@ -213,7 +202,7 @@ cuda_entry! {
         init::process()?;
         check_prop(prop)?;
         if option > 1 {
-            return Err(code::INVALID_VALUE);
+            return Err(code::CUDA_ERROR_INVALID_VALUE);
         }
         // SAFETY: granularity is null or points to a size_t.
         unsafe { write_out(granularity, GRANULARITY as usize) }
@@ -224,21 +213,21 @@ cuda_entry! {
         let (prop, device) = check_prop(prop)?;
         let size = size as u64;
         if handle.is_null() || flags != 0 || size == 0 || !aligned(size, GRANULARITY) {
-            return Err(code::INVALID_VALUE);
+            return Err(code::CUDA_ERROR_INVALID_VALUE);
         }
-        process.reserve_memory(device, size).map_err(|_| code::OUT_OF_MEMORY)?;
+        process.reserve_memory(device, size).map_err(|_| code::CUDA_ERROR_OUT_OF_MEMORY)?;
         // SAFETY: memfd_create takes a NUL-terminated name and flags; the fd is checked next.
         let fd = unsafe { libc::memfd_create(c"simgpu-vmm".as_ptr(), libc::MFD_CLOEXEC) };
         if fd < 0 {
             process.release_memory(device, size);
-            return Err(code::OUT_OF_MEMORY);
+            return Err(code::CUDA_ERROR_OUT_OF_MEMORY);
         }
         // SAFETY: fd is a fresh descriptor we own.
         let memory = unsafe { OwnedFd::from_raw_fd(fd) };
         // SAFETY: sizes the memfd we own; its pages stay unallocated until touched.
         if unsafe { libc::ftruncate(memory.as_raw_fd(), size as libc::off_t) } != 0 {
             process.release_memory(device, size);
-            return Err(code::OUT_OF_MEMORY);
+            return Err(code::CUDA_ERROR_OUT_OF_MEMORY);
         }
         let h = with_vmm(|v| {
             v.next_handle += 1;
@@ -262,13 +251,13 @@ cuda_entry! {
     fn cuMemRetainAllocationHandle(handle: *mut Handle, addr: *mut c_void) {
         init::process()?;
         if handle.is_null() {
-            return Err(code::INVALID_VALUE);
+            return Err(code::CUDA_ERROR_INVALID_VALUE);
         }
         let h = with_vmm(|v| {
             let addr = addr as u64;
-            let (_, m) = v.mapped.range(..=addr).next_back().filter(|(b, m)| addr < *b + m.size).ok_or(code::INVALID_VALUE)?;
+            let (_, m) = v.mapped.range(..=addr).next_back().filter(|(b, m)| addr < *b + m.size).ok_or(code::CUDA_ERROR_INVALID_VALUE)?;
             let h = m.handle;
-            v.physical.get_mut(&h).ok_or(code::INVALID_VALUE)?.refs += 1;
+            v.physical.get_mut(&h).ok_or(code::CUDA_ERROR_INVALID_VALUE)?.refs += 1;
             Ok::<_, CUresult>(h)
         })?;
         // SAFETY: handle is non-null and points to a CUmemGenericAllocationHandle.
@@ -280,22 +269,22 @@ cuda_entry! {
     fn cuMemExportToShareableHandle(shareable: *mut c_void, handle: Handle, kind: u32, flags: u64) {
         init::process()?;
         if shareable.is_null() || flags != 0 {
-            return Err(code::INVALID_VALUE);
+            return Err(code::CUDA_ERROR_INVALID_VALUE);
         }
         let prop = with_vmm(|v| v.live(handle).map(|p| p.prop))?;
         if prop.requested_handle_types & kind == 0 {
-            return Err(code::INVALID_VALUE);
+            return Err(code::CUDA_ERROR_INVALID_VALUE);
         }
-        Err(code::NOT_SUPPORTED)
+        Err(code::CUDA_ERROR_NOT_SUPPORTED)
     }
 
     /// See `cuMemExportToShareableHandle`: there is nothing to import.
     fn cuMemImportFromShareableHandle(handle: *mut Handle, _os_handle: *mut c_void, _kind: u32) {
         init::process()?;
         if handle.is_null() {
-            return Err(code::INVALID_VALUE);
+            return Err(code::CUDA_ERROR_INVALID_VALUE);
         }
-        Err(code::NOT_SUPPORTED)
+        Err(code::CUDA_ERROR_NOT_SUPPORTED)
     }
 
     fn cuMemGetAllocationPropertiesFromHandle(prop: *mut AllocationProp, handle: Handle) {
@@ -309,12 +298,12 @@ cuda_entry! {
         init::process()?;
         let (size, alignment) = (size as u64, alignment as u64);
         if ptr.is_null() || flags != 0 || size == 0 || !aligned(size, PAGE) {
-            return Err(code::INVALID_VALUE);
+            return Err(code::CUDA_ERROR_INVALID_VALUE);
         }
         let alignment = match alignment {
             0 => GRANULARITY,
             a if a.is_power_of_two() => a.max(PAGE),
-            _ => return Err(code::INVALID_VALUE),
+            _ => return Err(code::CUDA_ERROR_INVALID_VALUE),
         };
         let base = reserve_address_space(size, alignment, addr)?;
         with_vmm(|v| v.reserved.insert(base, size));
@@ -326,7 +315,7 @@ cuda_entry! {
         init::process()?;
         with_vmm(|v| {
             if v.reserved.get(&ptr) != Some(&(size as u64)) {
-                return Err(code::INVALID_VALUE);
+                return Err(code::CUDA_ERROR_INVALID_VALUE);
             }
             let inside: Vec<u64> = v.mapped.range(ptr..ptr + size as u64).map(|(b, _)| *b).collect();
             for base in inside {
@@ -343,18 +332,18 @@ cuda_entry! {
         init::process()?;
         let (size, offset) = (size as u64, offset as u64);
         if flags != 0 || size == 0 || !aligned(ptr | size | offset, PAGE) {
-            return Err(code::INVALID_VALUE);
+            return Err(code::CUDA_ERROR_INVALID_VALUE);
         }
         with_vmm(|v| {
-            let end = ptr.checked_add(size).ok_or(code::INVALID_VALUE)?;
+            let end = ptr.checked_add(size).ok_or(code::CUDA_ERROR_INVALID_VALUE)?;
             let inside = v.reserved.range(..=ptr).next_back().is_some_and(|(b, s)| end <= b + s);
             let free = v.mapped.range(..end).next_back().filter(|(b, m)| *b + m.size > ptr).is_none();
             if !inside || !free {
-                return Err(code::INVALID_VALUE);
+                return Err(code::CUDA_ERROR_INVALID_VALUE);
             }
             let p = v.live(handle)?;
             if offset.checked_add(size).filter(|&e| e <= p.size).is_none() {
-                return Err(code::INVALID_VALUE);
+                return Err(code::CUDA_ERROR_INVALID_VALUE);
             }
             // SAFETY: [ptr, end) lies inside our reservation and overlaps no mapping, so
             // replacing it touches nothing else; the memfd covers [offset, offset + size).
@@ -369,7 +358,7 @@ cuda_entry! {
                 )
             };
             if r == libc::MAP_FAILED {
-                return Err(code::OUT_OF_MEMORY);
+                return Err(code::CUDA_ERROR_OUT_OF_MEMORY);
             }
             p.mappings += 1;
             let device = p.device;
@@ -392,7 +381,7 @@ cuda_entry! {
     fn cuMemUnmap(ptr: CUdeviceptr, size: usize) {
         init::process()?;
         with_vmm(|v| {
-            let bases = v.tiling(ptr, size as u64).ok_or(code::INVALID_VALUE)?;
+            let bases = v.tiling(ptr, size as u64).ok_or(code::CUDA_ERROR_INVALID_VALUE)?;
             for base in bases {
                 v.unmap_one(base);
             }
@@ -403,18 +392,18 @@ cuda_entry! {
     fn cuMemSetAccess(ptr: CUdeviceptr, size: usize, desc: *const CUmemAccessDesc, count: usize) {
         init::process()?;
         if desc.is_null() || count == 0 {
-            return Err(code::INVALID_VALUE);
+            return Err(code::CUDA_ERROR_INVALID_VALUE);
         }
         let mut grants = Vec::with_capacity(count);
         for i in 0..count {
             // SAFETY: desc holds count descriptors, by the contract.
             let d = unsafe { desc.add(i).read() };
             let device = location_device(&d.location)?;
-            let flags = u32::try_from(d.flags).ok().filter(|f| matches!(f, 0 | 1 | 3)).ok_or(code::INVALID_VALUE)?;
+            let flags = u32::try_from(d.flags).ok().filter(|f| matches!(f, 0 | 1 | 3)).ok_or(code::CUDA_ERROR_INVALID_VALUE)?;
             grants.push((device, flags));
         }
         with_vmm(|v| {
-            let bases = v.tiling(ptr, size as u64).ok_or(code::INVALID_VALUE)?;
+            let bases = v.tiling(ptr, size as u64).ok_or(code::CUDA_ERROR_INVALID_VALUE)?;
             for base in bases {
                 let m = v.mapped.get_mut(&base).expect("tiling returns mapped bases");
                 for &(device, flags) in &grants {
@@ -428,7 +417,7 @@ cuda_entry! {
                 };
                 // SAFETY: the range is one of our mappings.
                 if unsafe { libc::mprotect(base as *mut c_void, m.size as usize, prot) } != 0 {
-                    return Err(code::OPERATING_SYSTEM);
+                    return Err(code::CUDA_ERROR_OPERATING_SYSTEM);
                 }
                 if let Some(a) = registry::write().get_mut(base) {
                     a.access = access;
@@ -441,7 +430,7 @@ cuda_entry! {
     fn cuMemGetAccess(flags: *mut u64, location: *const CUmemLocation, ptr: CUdeviceptr) {
         init::process()?;
         if location.is_null() {
-            return Err(code::INVALID_VALUE);
+            return Err(code::CUDA_ERROR_INVALID_VALUE);
         }
         // SAFETY: location is non-null and points to a CUmemLocation.
         let device = location_device(unsafe { &*location })?;
@@ -451,7 +440,7 @@ cuda_entry! {
                 .next_back()
                 .filter(|(b, m)| ptr < *b + m.size)
                 .map(|(_, m)| m.access[device] as u64)
-                .ok_or(code::INVALID_VALUE)
+                .ok_or(code::CUDA_ERROR_INVALID_VALUE)
         })?;
         // SAFETY: flags is null or points to an unsigned long long.
         unsafe { write_out(flags, f) }

@@ -49,7 +49,7 @@ pub(crate) unsafe fn code_from_image(
     cc: (u32, u32),
 ) -> Result<Code, CUresult> {
     if image.is_null() {
-        return Err(code::INVALID_VALUE);
+        return Err(code::CUDA_ERROR_INVALID_VALUE);
     }
     let p = image.cast::<u8>();
     // SAFETY: the image is readable up to its end, and every magic is checked byte by byte,
@@ -69,7 +69,7 @@ pub(crate) unsafe fn code_from_image(
         // SAFETY: the wrapper is {magic: i32, version: i32, data: pointer, ...}.
         let data = unsafe { p.add(8).cast::<*const c_void>().read_unaligned() };
         if data.is_null() || data == image {
-            return Err(code::INVALID_IMAGE);
+            return Err(code::CUDA_ERROR_INVALID_IMAGE);
         }
         // SAFETY: the wrapper's data is a fat binary.
         unsafe { code_from_image(data, cc) }
@@ -79,7 +79,7 @@ pub(crate) unsafe fn code_from_image(
         // SAFETY: the header places the section header table inside the image.
         let table =
             |at: usize, n: usize| unsafe { std::slice::from_raw_parts(p.add(at), n) }.to_vec();
-        let len = cubin::image_len(&header, table).map_err(|_| code::INVALID_IMAGE)?;
+        let len = cubin::image_len(&header, table).map_err(|_| code::CUDA_ERROR_INVALID_IMAGE)?;
         // SAFETY: the image spans its sections and section header table.
         sass(unsafe { std::slice::from_raw_parts(p, len) }, cc)
     } else {
@@ -142,7 +142,7 @@ pub(crate) fn code_from_bytes(bytes: &[u8], cc: (u32, u32)) -> Result<Code, CUre
 
 /// A cubin, if it runs on the device.
 fn sass(bytes: &[u8], cc: (u32, u32)) -> Result<Code, CUresult> {
-    let cubin = cubin::parse(bytes).map_err(|_| code::INVALID_IMAGE)?;
+    let cubin = cubin::parse(bytes).map_err(|_| code::CUDA_ERROR_INVALID_IMAGE)?;
     if !cubin.arch.runs_on(cc) {
         return Err(NO_BINARY_FOR_GPU);
     }
@@ -155,9 +155,9 @@ fn ptx_text(text: &[u8]) -> Result<String, CUresult> {
         Ok(s) if s.contains(".version") || s.contains(".entry") || s.contains(".target") => {
             Ok(s.to_string())
         }
-        Ok(s) if s.trim().is_empty() => Err(code::INVALID_IMAGE),
-        Ok(_) => Err(code::INVALID_PTX),
-        Err(_) => Err(code::INVALID_IMAGE),
+        Ok(s) if s.trim().is_empty() => Err(code::CUDA_ERROR_INVALID_IMAGE),
+        Ok(_) => Err(code::CUDA_ERROR_INVALID_PTX),
+        Err(_) => Err(code::CUDA_ERROR_INVALID_IMAGE),
     }
 }
 
@@ -300,13 +300,13 @@ mod tests {
         assert_eq!(ptx(got).as_deref(), Ok(PTX));
         // SAFETY: NUL-terminated text.
         let got = unsafe { code_from_image(c"not ptx at all".as_ptr().cast(), A100) };
-        assert_eq!(got, Err(code::INVALID_PTX));
+        assert_eq!(got, Err(code::CUDA_ERROR_INVALID_PTX));
         // SAFETY: NUL-terminated text.
         let got = unsafe { code_from_image(c"".as_ptr().cast(), A100) };
-        assert_eq!(got, Err(code::INVALID_IMAGE));
+        assert_eq!(got, Err(code::CUDA_ERROR_INVALID_IMAGE));
         // SAFETY: null is allowed.
         let got = unsafe { code_from_image(std::ptr::null(), A100) };
-        assert_eq!(got, Err(code::INVALID_VALUE));
+        assert_eq!(got, Err(code::CUDA_ERROR_INVALID_VALUE));
     }
 
     /// A fat binary of `(kind, arch, flags, payload, uncompressed size)` files.
@@ -404,7 +404,7 @@ mod tests {
         assert_eq!(sass_name(got), "hopper");
         assert_eq!(
             code_from_bytes(b"\x7fELF\x02\x01", (8, 0)),
-            Err(code::INVALID_IMAGE)
+            Err(code::CUDA_ERROR_INVALID_IMAGE)
         );
     }
 

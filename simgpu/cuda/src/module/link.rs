@@ -13,8 +13,7 @@ use crate::ffi::{code, write_out, CUresult, DriverResult};
 use std::ffi::{c_char, c_void, CStr};
 use std::sync::{Mutex, OnceLock};
 
-/// A link in progress.
-type CUlinkState = *mut c_void;
+use tessera_cuda_abi::CUlinkState;
 
 /// `CUjitInputType` values.
 mod input {
@@ -85,7 +84,7 @@ fn clear_logs(options: &[(u32, usize)]) {
 }
 
 fn state(handle: CUlinkState) -> Result<std::sync::Arc<LinkState>, CUresult> {
-    LINKS.get(handle).ok_or(code::INVALID_HANDLE)
+    LINKS.get(handle).ok_or(code::CUDA_ERROR_INVALID_HANDLE)
 }
 
 /// The kernels of one input.
@@ -94,11 +93,13 @@ fn kernels(kind: u32, bytes: &[u8], target: Arch) -> Result<Vec<Entry>, CUresult
     match kind {
         input::PTX => {
             let text = bytes.split(|b| *b == 0).next().unwrap_or_default();
-            let text = std::str::from_utf8(text).map_err(|_| code::INVALID_PTX)?;
-            Ok(ptx::parse(text).map_err(|_| code::INVALID_PTX)?.entries)
+            let text = std::str::from_utf8(text).map_err(|_| code::CUDA_ERROR_INVALID_PTX)?;
+            Ok(ptx::parse(text)
+                .map_err(|_| code::CUDA_ERROR_INVALID_PTX)?
+                .entries)
         }
         input::CUBIN | input::OBJECT => {
-            let c = cubin::parse(bytes).map_err(|_| code::INVALID_IMAGE)?;
+            let c = cubin::parse(bytes).map_err(|_| code::CUDA_ERROR_INVALID_IMAGE)?;
             if !c.arch.runs_on(cc) {
                 return Err(image::NO_BINARY_FOR_GPU);
             }
@@ -109,8 +110,8 @@ fn kernels(kind: u32, bytes: &[u8], target: Arch) -> Result<Vec<Entry>, CUresult
             Code::Sass(c) => Ok(c.entries),
         },
         input::LIBRARY => archive_kernels(bytes, target),
-        input::NVVM => Err(code::NOT_SUPPORTED),
-        _ => Err(code::INVALID_VALUE),
+        input::NVVM => Err(code::CUDA_ERROR_NOT_SUPPORTED),
+        _ => Err(code::CUDA_ERROR_INVALID_VALUE),
     }
 }
 
@@ -118,7 +119,7 @@ fn kernels(kind: u32, bytes: &[u8], target: Arch) -> Result<Vec<Entry>, CUresult
 /// (the symbol index) are skipped.
 fn archive_kernels(bytes: &[u8], target: Arch) -> Result<Vec<Entry>, CUresult> {
     if !bytes.starts_with(ARCHIVE_MAGIC) {
-        return Err(code::INVALID_IMAGE);
+        return Err(code::CUDA_ERROR_INVALID_IMAGE);
     }
     let mut at = ARCHIVE_MAGIC.len();
     let mut entries = Vec::new();
@@ -127,11 +128,11 @@ fn archive_kernels(bytes: &[u8], target: Arch) -> Result<Vec<Entry>, CUresult> {
         let size: usize = std::str::from_utf8(&header[48..58])
             .ok()
             .and_then(|s| s.trim().parse().ok())
-            .ok_or(code::INVALID_IMAGE)?;
+            .ok_or(code::CUDA_ERROR_INVALID_IMAGE)?;
         let start = at + MEMBER_HEADER;
         let member = bytes
             .get(start..start.saturating_add(size))
-            .ok_or(code::INVALID_IMAGE)?;
+            .ok_or(code::CUDA_ERROR_INVALID_IMAGE)?;
         if cubin::is_cubin(member) {
             entries.extend(kernels(input::OBJECT, member, target)?);
         }
@@ -145,12 +146,12 @@ fn archive_kernels(bytes: &[u8], target: Arch) -> Result<Vec<Entry>, CUresult> {
 fn add(handle: CUlinkState, kind: u32, bytes: &[u8]) -> DriverResult {
     let link = state(handle)?;
     if link.output.get().is_some() {
-        return Err(code::INVALID_HANDLE);
+        return Err(code::CUDA_ERROR_INVALID_HANDLE);
     }
     let new = kernels(kind, bytes, link.target)?;
     let mut entries = link.entries.lock().unwrap_or_else(|e| e.into_inner());
     if new.iter().any(|n| entries.iter().any(|e| e.name == n.name)) {
-        return Err(code::INVALID_IMAGE);
+        return Err(code::CUDA_ERROR_INVALID_IMAGE);
     }
     entries.extend(new);
     Ok(())
@@ -216,7 +217,7 @@ cuda_entry! {
     fn cuLinkComplete(handle: CUlinkState, cubin_out: *mut *mut c_void, size_out: *mut usize) {
         let link = state(handle)?;
         if cubin_out.is_null() {
-            return Err(code::INVALID_VALUE);
+            return Err(code::CUDA_ERROR_INVALID_VALUE);
         }
         let output = link.output.get_or_init(|| {
             let entries = link.entries.lock().unwrap_or_else(|e| e.into_inner());
@@ -233,14 +234,14 @@ cuda_entry! {
     }
 
     fn cuLinkDestroy(handle: CUlinkState) {
-        LINKS.remove(handle).map(drop).ok_or(code::INVALID_HANDLE)
+        LINKS.remove(handle).map(drop).ok_or(code::CUDA_ERROR_INVALID_HANDLE)
     }
 }
 
 fn create(n: u32, opts: *mut u32, values: *mut *mut c_void, out: *mut CUlinkState) -> DriverResult {
     let ctx = context::current()?;
     if out.is_null() || (n > 0 && (opts.is_null() || values.is_null())) {
-        return Err(code::INVALID_VALUE);
+        return Err(code::CUDA_ERROR_INVALID_VALUE);
     }
     // SAFETY: both arrays hold n entries, by the driver API's contract (checked non-null).
     let options = unsafe { options(n, opts, values) };
@@ -273,7 +274,7 @@ fn add_data(
     values: *mut *mut c_void,
 ) -> DriverResult {
     if data.is_null() {
-        return Err(code::INVALID_VALUE);
+        return Err(code::CUDA_ERROR_INVALID_VALUE);
     }
     // SAFETY: both arrays hold n entries (or are null), by the driver API's contract.
     clear_logs(&unsafe { options(n, opts, values) });
@@ -344,8 +345,11 @@ mod tests {
         assert_eq!(kernels(input::LIBRARY, &archive, target).unwrap(), from_ptx);
         assert_eq!(
             kernels(input::LIBRARY, b"not an archive", target),
-            Err(code::INVALID_IMAGE)
+            Err(code::CUDA_ERROR_INVALID_IMAGE)
         );
-        assert_eq!(kernels(input::NVVM, b"", target), Err(code::NOT_SUPPORTED));
+        assert_eq!(
+            kernels(input::NVVM, b"", target),
+            Err(code::CUDA_ERROR_NOT_SUPPORTED)
+        );
     }
 }

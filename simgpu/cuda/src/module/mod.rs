@@ -19,11 +19,8 @@ use ptx::{Entry, Param};
 use std::ffi::{c_char, c_void, CStr, CString};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 
-/// A library handle.
-pub type CUlibrary = *mut c_void;
-/// A context-independent kernel handle; here it is also a valid `CUfunction`, as the driver
-/// allows passing one where a function is expected.
-pub type CUkernel = *mut c_void;
+pub use tessera_cuda_abi::CUkernel;
+pub use tessera_cuda_abi::CUlibrary;
 
 /// What a kernel does when it runs here.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -146,7 +143,7 @@ impl Function {
             attr::MAX_DYNAMIC_SHARED_SIZE_BYTES => a.max_dynamic_shared,
             attr::PREFERRED_SHARED_MEMORY_CARVEOUT => a.carveout,
             attr::FIRST_CLUSTER..=attr::LAST => a.cluster[(which - attr::FIRST_CLUSTER) as usize],
-            _ => return Err(code::INVALID_VALUE),
+            _ => return Err(code::CUDA_ERROR_INVALID_VALUE),
         })
     }
 
@@ -164,7 +161,7 @@ impl Function {
             attr::FIRST_CLUSTER..=attr::LAST if value >= 0 => {
                 a.cluster[(which - attr::FIRST_CLUSTER) as usize] = value
             }
-            _ => return Err(code::INVALID_VALUE),
+            _ => return Err(code::CUDA_ERROR_INVALID_VALUE),
         }
         Ok(())
     }
@@ -195,15 +192,15 @@ impl Module {
         self.functions
             .iter()
             .find(|f| f.name.as_c_str() == name)
-            .ok_or(code::NOT_FOUND)
+            .ok_or(code::CUDA_ERROR_NOT_FOUND)
     }
 
     fn global(&self, name: &CStr, dptr: *mut u64, bytes: *mut usize) -> DriverResult {
-        let name = name.to_str().map_err(|_| code::NOT_FOUND)?;
+        let name = name.to_str().map_err(|_| code::CUDA_ERROR_NOT_FOUND)?;
         let g = self.globals.iter().find(|g| g.name == name);
         let (address, size) = g
             .and_then(|g| Some((g.address?, g.size)))
-            .ok_or(code::NOT_FOUND)?;
+            .ok_or(code::CUDA_ERROR_NOT_FOUND)?;
         if !dptr.is_null() {
             // SAFETY: non-null; the caller provides a CUdeviceptr to write.
             unsafe { write_out(dptr, address)? };
@@ -278,22 +275,22 @@ pub(crate) fn function(handle: CUfunction) -> Result<Arc<Function>, CUresult> {
 /// known of it without its code (name, parameters, module).
 fn registered(handle: CUfunction) -> Result<Arc<Function>, CUresult> {
     init::process()?;
-    FUNCTIONS.get(handle).ok_or(code::INVALID_HANDLE)
+    FUNCTIONS.get(handle).ok_or(code::CUDA_ERROR_INVALID_HANDLE)
 }
 
 fn module(handle: CUmodule) -> Result<Arc<Module>, CUresult> {
     init::process()?;
-    MODULES.get(handle).ok_or(code::INVALID_HANDLE)
+    MODULES.get(handle).ok_or(code::CUDA_ERROR_INVALID_HANDLE)
 }
 
 fn library(handle: CUlibrary) -> Result<Arc<Library>, CUresult> {
     init::process()?;
-    LIBRARIES.get(handle).ok_or(code::INVALID_HANDLE)
+    LIBRARIES.get(handle).ok_or(code::CUDA_ERROR_INVALID_HANDLE)
 }
 
 fn name_arg<'a>(name: *const c_char) -> Result<&'a CStr, CUresult> {
     if name.is_null() {
-        return Err(code::INVALID_VALUE);
+        return Err(code::CUDA_ERROR_INVALID_VALUE);
     }
     // SAFETY: non-null; the caller passes a NUL-terminated name.
     Ok(unsafe { CStr::from_ptr(name) })
@@ -304,7 +301,7 @@ fn name_arg<'a>(name: *const c_char) -> Result<&'a CStr, CUresult> {
 fn contents(code: Code) -> Result<(Vec<Entry>, Vec<ptx::Variable>, i32), CUresult> {
     match code {
         Code::Ptx(text) => {
-            let parsed = ptx::parse(&text).map_err(|_| code::INVALID_PTX)?;
+            let parsed = ptx::parse(&text).map_err(|_| code::CUDA_ERROR_INVALID_PTX)?;
             let version = (parsed.version.0 * 10 + parsed.version.1) as i32;
             Ok((parsed.entries, parsed.globals, version))
         }
@@ -355,7 +352,9 @@ fn place_variables(
         let align = v.align.clamp(1, 4096).next_power_of_two();
         let at = total.next_multiple_of(align);
         offsets.push(at);
-        total = at.checked_add(v.size).ok_or(code::OUT_OF_MEMORY)?;
+        total = at
+            .checked_add(v.size)
+            .ok_or(code::CUDA_ERROR_OUT_OF_MEMORY)?;
     }
     if total == 0 {
         let globals = variables
@@ -424,7 +423,7 @@ fn load_module(
 ) -> DriverResult {
     let ctx = context::current()?;
     if out.is_null() {
-        return Err(code::INVALID_VALUE);
+        return Err(code::CUDA_ERROR_INVALID_VALUE);
     }
     let module = load(code(device_cc(ctx.device))?, Some(ctx.id), ctx.device, true)?;
     // SAFETY: checked non-null; the caller provides a CUmodule to write.
@@ -436,7 +435,7 @@ fn read_file(path: *const c_char) -> Result<Vec<u8>, CUresult> {
     let path = std::path::Path::new(
         <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(path.to_bytes()),
     );
-    std::fs::read(path).map_err(|_| code::FILE_NOT_FOUND)
+    std::fs::read(path).map_err(|_| code::CUDA_ERROR_FILE_NOT_FOUND)
 }
 
 /// Loads a library from the code `code` finds for the device of the current context (0
@@ -448,7 +447,7 @@ fn load_library(
 ) -> DriverResult {
     init::process()?;
     if out.is_null() {
-        return Err(code::INVALID_VALUE);
+        return Err(code::CUDA_ERROR_INVALID_VALUE);
     }
     // A library belongs to no context; it reports the current device's properties, if any.
     let device = context::current().map_or(0, |c| c.device);
@@ -465,7 +464,7 @@ fn load_library(
 
 fn param_info(f: CUfunction, index: usize, offset: *mut usize, size: *mut usize) -> DriverResult {
     let f = registered(f)?;
-    let p = f.params.get(index).ok_or(code::INVALID_VALUE)?;
+    let p = f.params.get(index).ok_or(code::CUDA_ERROR_INVALID_VALUE)?;
     if !offset.is_null() {
         // SAFETY: non-null; the caller provides a size_t to write.
         unsafe { write_out(offset, p.offset)? };
@@ -487,7 +486,7 @@ fn write_name(out: *mut *const c_char, f: CUfunction) -> DriverResult {
 /// Writes up to `n` handles of a module's functions.
 fn enumerate(out: *mut CUfunction, n: u32, module: &Module) -> DriverResult {
     if out.is_null() || (n as usize) < module.functions.len() {
-        return Err(code::INVALID_VALUE);
+        return Err(code::CUDA_ERROR_INVALID_VALUE);
     }
     for (i, f) in module.functions.iter().enumerate() {
         // SAFETY: the caller provides room for `n` handles, and i < len <= n.
@@ -532,7 +531,7 @@ cuda_entry! {
 
     fn cuModuleUnload(handle: CUmodule) {
         init::process()?;
-        let m = MODULES.remove(handle).ok_or(code::INVALID_HANDLE)?;
+        let m = MODULES.remove(handle).ok_or(code::CUDA_ERROR_INVALID_HANDLE)?;
         unload(&m);
         Ok(())
     }
@@ -540,7 +539,7 @@ cuda_entry! {
     fn cuModuleGetFunction(out: *mut CUfunction, handle: CUmodule, name: *const c_char) {
         let m = module(handle)?;
         if out.is_null() {
-            return Err(code::INVALID_VALUE);
+            return Err(code::CUDA_ERROR_INVALID_VALUE);
         }
         let f = m.function(name_arg(name)?)?;
         // SAFETY: checked non-null; the caller provides a CUfunction to write.
@@ -582,7 +581,7 @@ cuda_entry! {
     fn cuFuncSetCacheConfig(f: CUfunction, config: u32) {
         let f = function(f)?;
         if config > 3 {
-            return Err(code::INVALID_VALUE);
+            return Err(code::CUDA_ERROR_INVALID_VALUE);
         }
         f.attrs().cache_config = config;
         Ok(())
@@ -591,7 +590,7 @@ cuda_entry! {
     fn cuFuncSetSharedMemConfig(f: CUfunction, config: u32) {
         function(f)?;
         if config > 2 {
-            return Err(code::INVALID_VALUE);
+            return Err(code::CUDA_ERROR_INVALID_VALUE);
         }
         Ok(())
     }
@@ -650,7 +649,7 @@ cuda_entry! {
 
     fn cuLibraryUnload(handle: CUlibrary) {
         init::process()?;
-        let lib = LIBRARIES.remove(handle).ok_or(code::INVALID_HANDLE)?;
+        let lib = LIBRARIES.remove(handle).ok_or(code::CUDA_ERROR_INVALID_HANDLE)?;
         MODULES.remove(Registry::handle_of(&lib.module));
         unload(&lib.module);
         Ok(())
@@ -659,7 +658,7 @@ cuda_entry! {
     fn cuLibraryGetKernel(out: *mut CUkernel, handle: CUlibrary, name: *const c_char) {
         let lib = library(handle)?;
         if out.is_null() {
-            return Err(code::INVALID_VALUE);
+            return Err(code::CUDA_ERROR_INVALID_VALUE);
         }
         let f = lib.module.function(name_arg(name)?)?;
         // SAFETY: checked non-null; the caller provides a CUkernel to write.
@@ -702,7 +701,7 @@ cuda_entry! {
 
     fn cuKernelGetLibrary(out: *mut CUlibrary, kernel: CUkernel) {
         let f = registered(kernel)?;
-        let lib = f.library_handle().ok_or(code::INVALID_HANDLE)?;
+        let lib = f.library_handle().ok_or(code::CUDA_ERROR_INVALID_HANDLE)?;
         // SAFETY: write_out checks null; the caller provides a CUlibrary to write.
         unsafe { write_out(out, lib) }
     }
@@ -731,7 +730,7 @@ cuda_entry! {
         init::check_device(dev)?;
         let f = function(kernel)?;
         if config > 3 {
-            return Err(code::INVALID_VALUE);
+            return Err(code::CUDA_ERROR_INVALID_VALUE);
         }
         f.attrs().cache_config = config;
         Ok(())

@@ -32,24 +32,7 @@ const REQUIRED_WIDTH: usize = 11 - 10;
 /// `CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION`.
 const LAUNCH_CLUSTER_DIMENSION: u32 = 4;
 
-/// `CUlaunchConfig`: grid and block (six words), shared memory, stream, attributes.
-#[repr(C)]
-pub struct LaunchConfig {
-    grid: [u32; 3],
-    block: [u32; 3],
-    shared_bytes: u32,
-    stream: *mut std::ffi::c_void,
-    attrs: *const LaunchAttribute,
-    num_attrs: u32,
-}
-
-/// `CUlaunchAttribute`: an id and a 64-byte value.
-#[repr(C)]
-pub struct LaunchAttribute {
-    id: u32,
-    _pad: u32,
-    value: [u32; 16],
-}
+use tessera_cuda_abi::CUlaunchConfig as LaunchConfig;
 
 /// `CUoccupancyB2DSize`: the dynamic shared memory a block size needs.
 type BlockToSharedBytes = Option<unsafe extern "C" fn(c_int) -> usize>;
@@ -97,7 +80,7 @@ fn best_block(f: &Function, shared_for: impl Fn(u64) -> u64, limit: u64) -> (u64
 
 fn max_blocks(out: *mut c_int, f: CUfunction, block: c_int, dynamic: usize) -> DriverResult {
     let f = registered(f)?;
-    let block = u64::try_from(block).map_err(|_| code::INVALID_VALUE)?;
+    let block = u64::try_from(block).map_err(|_| code::CUDA_ERROR_INVALID_VALUE)?;
     let n = blocks_per_sm(&f, block, dynamic as u64);
     // SAFETY: write_out checks null; the caller provides an int to write.
     unsafe { write_out(out, n.min(c_int::MAX as u64) as c_int) }
@@ -113,9 +96,9 @@ fn max_potential(
 ) -> DriverResult {
     let f = registered(f)?;
     if grid.is_null() || block.is_null() {
-        return Err(code::INVALID_VALUE);
+        return Err(code::CUDA_ERROR_INVALID_VALUE);
     }
-    let limit = u64::try_from(limit).map_err(|_| code::INVALID_VALUE)?;
+    let limit = u64::try_from(limit).map_err(|_| code::CUDA_ERROR_INVALID_VALUE)?;
     let shared = |b: u64| match shared_for {
         // SAFETY: the caller's callback, which maps a block size to its shared memory.
         Some(cb) => (unsafe { cb(b as c_int) }) as u64,
@@ -140,7 +123,7 @@ unsafe fn cluster_blocks(f: &Function, config: &LaunchConfig) -> u64 {
             // SAFETY: the array holds num_attrs entries, by the contract.
             let a = unsafe { &*config.attrs.add(i) };
             if a.id == LAUNCH_CLUSTER_DIMENSION {
-                return a.value[..3].iter().map(|&d| u64::from(d.max(1))).product();
+                return (0..3).map(|d| u64::from(a.word(d).max(1))).product();
             }
         }
     }
@@ -170,10 +153,10 @@ unsafe fn with_clusters<'a>(
     config: *const LaunchConfig,
 ) -> Result<&'a LaunchConfig, u32> {
     if f.compute_capability().0 < 9 {
-        return Err(code::NOT_SUPPORTED);
+        return Err(code::CUDA_ERROR_NOT_SUPPORTED);
     }
     // SAFETY: null or a CUlaunchConfig, by the contract.
-    unsafe { config.as_ref() }.ok_or(code::INVALID_VALUE)
+    unsafe { config.as_ref() }.ok_or(code::CUDA_ERROR_INVALID_VALUE)
 }
 
 cuda_entry! {
@@ -192,7 +175,7 @@ cuda_entry! {
         }
         let block: u64 = config.block.iter().map(|&d| u64::from(d.max(1))).product();
         let sms = attribute_of(f.device, 16).unwrap_or(1).max(1) as u64; // MULTIPROCESSOR_COUNT
-        let clusters = blocks_per_sm(&f, block, u64::from(config.shared_bytes)) * sms / size;
+        let clusters = blocks_per_sm(&f, block, u64::from(config.shared)) * sms / size;
         // SAFETY: write_out checks null; the caller provides an int to write.
         unsafe { write_out(out, clusters.min(c_int::MAX as u64) as c_int) }
     }
@@ -204,7 +187,7 @@ cuda_entry! {
         // SAFETY: the caller's config, as the driver API defines it.
         let config = unsafe { with_clusters(&f, config)? };
         let block: u64 = config.block.iter().map(|&d| u64::from(d.max(1))).product();
-        let size = match blocks_per_sm(&f, block, u64::from(config.shared_bytes)) {
+        let size = match blocks_per_sm(&f, block, u64::from(config.shared)) {
             0 => 0,
             _ => largest_cluster(&f),
         };
@@ -254,8 +237,8 @@ cuda_entry! {
     fn cuOccupancyAvailableDynamicSMemPerBlock(out: *mut usize, f: CUfunction, blocks: c_int, block: c_int) {
         let f = registered(f)?;
         let (blocks, block) = (
-            u64::try_from(blocks).map_err(|_| code::INVALID_VALUE)?,
-            u64::try_from(block).map_err(|_| code::INVALID_VALUE)?,
+            u64::try_from(blocks).map_err(|_| code::CUDA_ERROR_INVALID_VALUE)?,
+            u64::try_from(block).map_err(|_| code::CUDA_ERROR_INVALID_VALUE)?,
         );
         if blocks == 0 || blocks_per_sm(&f, block, 0) < blocks {
             // SAFETY: write_out checks null; the caller provides a size_t to write.
