@@ -7,16 +7,17 @@
 
 use serde_json::Value;
 use std::time::Duration;
+use tessera_cuda_abi as abi;
 use tessera_tests::{
     assert_success, json_u64, kernels_ptx, run_with_timeout, stdout_json, workspace_root, SimNode,
 };
 
-/// `CUresult` values the calls answer with.
-const SUCCESS: u64 = 0;
-const INVALID_VALUE: u64 = 1;
-const INVALID_CONTEXT: u64 = 201;
-const PEER_ACCESS_ALREADY_ENABLED: u64 = 704;
-const PEER_ACCESS_NOT_ENABLED: u64 = 705;
+/// `CUresult` values the calls answer with, as the report's numbers.
+const SUCCESS: u64 = abi::CUDA_SUCCESS as u64;
+const INVALID_VALUE: u64 = abi::CUDA_ERROR_INVALID_VALUE as u64;
+const INVALID_CONTEXT: u64 = abi::CUDA_ERROR_INVALID_CONTEXT as u64;
+const PEER_ACCESS_ALREADY_ENABLED: u64 = abi::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED as u64;
+const PEER_ACCESS_NOT_ENABLED: u64 = abi::CUDA_ERROR_PEER_ACCESS_NOT_ENABLED as u64;
 
 fn report() -> Value {
     let node = SimNode::new("Small:4GiB:8,Small:4GiB:8", &[]);
