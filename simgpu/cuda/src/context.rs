@@ -4,7 +4,7 @@
 
 use crate::exec::{self, registry::Registry};
 use crate::ffi::{code, write_out, CUcontext, CUdevice, CUresult, DriverResult};
-use crate::init;
+use crate::model::driver;
 use crate::stream::Stream;
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
@@ -165,7 +165,7 @@ impl Context {
     /// Makes a new or inactive context usable: reserves its device memory and starts from
     /// a clean state.
     fn activate(&self, flags: u32) -> DriverResult {
-        let process = init::process()?;
+        let process = driver::process()?;
         process
             .reserve_memory(self.device, process.node().config().context_memory)
             .map_err(|_| code::OUT_OF_MEMORY)?;
@@ -176,7 +176,7 @@ impl Context {
         self.sticky.store(0, Relaxed);
         self.destroyed.store(false, Relaxed);
         self.group
-            .store(crate::rm::make_group(self.device), Relaxed);
+            .store(crate::model::rm::make_group(self.device), Relaxed);
         Ok(())
     }
 
@@ -255,8 +255,8 @@ impl Context {
             tear_down(step, self);
         }
         self.legacy.lock().unwrap_or_else(|e| e.into_inner()).take();
-        crate::rm::free_group(self.device, self.group.swap(0, Relaxed));
-        if let Ok(process) = init::process() {
+        crate::model::rm::free_group(self.device, self.group.swap(0, Relaxed));
+        if let Ok(process) = driver::process() {
             process.release_memory(self.device, process.node().config().context_memory);
         }
     }
@@ -264,7 +264,7 @@ impl Context {
 
 /// The calling thread's current context.
 pub(crate) fn current() -> Result<Arc<Context>, CUresult> {
-    init::process()?;
+    driver::process()?;
     let ctx = STACK
         .with(|s| s.borrow().last().cloned())
         .ok_or(code::INVALID_CONTEXT)?;
@@ -276,7 +276,7 @@ pub(crate) fn current() -> Result<Arc<Context>, CUresult> {
 
 /// The live context behind a handle.
 pub(crate) fn lookup(handle: CUcontext) -> Result<Arc<Context>, CUresult> {
-    init::process()?;
+    driver::process()?;
     CONTEXTS.get(handle).ok_or(code::INVALID_CONTEXT)
 }
 
@@ -294,7 +294,7 @@ fn primaries() -> std::sync::MutexGuard<'static, Vec<Primary>> {
 }
 
 fn with_primary<R>(dev: CUdevice, f: impl FnOnce(&mut Primary, usize) -> R) -> Result<R, CUresult> {
-    let device = init::check_device(dev)?;
+    let device = driver::check_device(dev)?;
     let mut table = primaries();
     if table.len() <= device {
         table.resize_with(device + 1, Primary::default);
@@ -311,12 +311,12 @@ fn check_flags(flags: u32) -> DriverResult {
 
 /// Creates a context and makes it current; the driver's own callers come here directly.
 pub(crate) fn create_and_push(pctx: *mut CUcontext, flags: u32, dev: CUdevice) -> DriverResult {
-    init::process()?;
+    driver::process()?;
     if pctx.is_null() {
         return Err(code::INVALID_VALUE);
     }
     check_flags(flags)?;
-    let device = init::check_device(dev)?;
+    let device = driver::check_device(dev)?;
     let ctx = Context::create(device, flags)?;
     let handle = ctx.handle();
     STACK.with(|s| s.borrow_mut().push(ctx));
@@ -337,7 +337,7 @@ fn destroy(handle: CUcontext) -> DriverResult {
 /// handle. The driver's own callers (the runtime's export table) come here directly, never
 /// through the exported symbol, which a preloaded library may have interposed.
 pub(crate) fn primary_retain(pctx: *mut CUcontext, dev: CUdevice) -> DriverResult {
-    init::process()?;
+    driver::process()?;
     if pctx.is_null() {
         return Err(code::INVALID_VALUE);
     }
@@ -363,7 +363,7 @@ pub(crate) fn primary_retain(pctx: *mut CUcontext, dev: CUdevice) -> DriverResul
 /// Gives back one retain of the device's primary context; the last makes it inactive.
 /// Called directly by the driver's own callers, like [`primary_retain`].
 pub(crate) fn primary_release(dev: CUdevice) -> DriverResult {
-    init::process()?;
+    driver::process()?;
     // Under the table's lock, so that a concurrent retain finds the context either active
     // or already inactive.
     with_primary(dev, |p, _| {
@@ -381,7 +381,7 @@ pub(crate) fn primary_release(dev: CUdevice) -> DriverResult {
 }
 
 fn primary_reset(dev: CUdevice) -> DriverResult {
-    init::process()?;
+    driver::process()?;
     with_primary(dev, |p, _| {
         p.retained = 0;
         if let Some(ctx) = &p.ctx {
@@ -391,7 +391,7 @@ fn primary_reset(dev: CUdevice) -> DriverResult {
 }
 
 fn primary_set_flags(dev: CUdevice, flags: u32) -> DriverResult {
-    init::process()?;
+    driver::process()?;
     check_flags(flags)?;
     with_primary(dev, |p, _| {
         p.flags = flags;
@@ -431,7 +431,7 @@ cuda_entry! {
     }
 
     fn cuDevicePrimaryCtxGetState(dev: CUdevice, flags: *mut u32, active: *mut i32) {
-        init::process()?;
+        driver::process()?;
         if flags.is_null() || active.is_null() {
             return Err(code::INVALID_VALUE);
         }
@@ -486,7 +486,7 @@ cuda_entry! {
     }
 
     fn cuCtxSetCurrent(ctx: CUcontext) {
-        init::process()?;
+        driver::process()?;
         let ctx = if ctx.is_null() { None } else { Some(lookup(ctx)?) };
         STACK.with(|s| {
             let mut stack = s.borrow_mut();
@@ -497,7 +497,7 @@ cuda_entry! {
     }
 
     fn cuCtxGetCurrent(pctx: *mut CUcontext) {
-        init::process()?;
+        driver::process()?;
         let handle = STACK
             .with(|s| s.borrow().last().map(Context::handle))
             .unwrap_or(std::ptr::null_mut());
@@ -635,7 +635,7 @@ cuda_entry! {
 }
 
 fn push(ctx: CUcontext) -> DriverResult {
-    init::process()?;
+    driver::process()?;
     if ctx.is_null() {
         return Err(code::INVALID_CONTEXT);
     }
@@ -645,7 +645,7 @@ fn push(ctx: CUcontext) -> DriverResult {
 }
 
 fn pop(pctx: *mut CUcontext) -> DriverResult {
-    init::process()?;
+    driver::process()?;
     let ctx = STACK
         .with(|s| s.borrow_mut().pop())
         .ok_or(code::INVALID_CONTEXT)?;

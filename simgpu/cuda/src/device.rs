@@ -2,8 +2,8 @@
 //! pool each device allocates from.
 
 use crate::ffi::{code, write_out, CUdevice, DriverResult};
-use crate::init::{check_device, device, devices};
 use crate::memory::pool::{self, CUmemoryPool};
+use crate::model::driver::{check_device, device, devices};
 use simgpu::node::DeviceInfo;
 use std::ffi::{c_char, c_int, c_void};
 

@@ -85,7 +85,7 @@ impl Event {
 
 /// The live event behind a handle.
 pub(crate) fn lookup(handle: CUevent) -> Result<Arc<Event>, CUresult> {
-    crate::init::process()?;
+    crate::model::driver::process()?;
     EVENTS.get(handle).ok_or(code::INVALID_HANDLE)
 }
 
@@ -169,7 +169,7 @@ fn elapsed(ms: *mut f32, start: CUevent, end: CUevent) -> DriverResult {
 }
 
 fn destroy(event: CUevent) -> DriverResult {
-    crate::init::process()?;
+    crate::model::driver::process()?;
     // Records in flight keep the event alive until they have run.
     EVENTS.remove(event).map(drop).ok_or(code::INVALID_HANDLE)
 }

@@ -329,7 +329,7 @@ fn capture_info(
 }
 
 fn instantiate(out: *mut CUgraphExec, graph: CUgraph) -> DriverResult {
-    crate::init::process()?;
+    crate::model::driver::process()?;
     if out.is_null() {
         return Err(code::INVALID_VALUE);
     }
@@ -347,7 +347,7 @@ fn instantiate(out: *mut CUgraphExec, graph: CUgraph) -> DriverResult {
 }
 
 fn launch(exec: CUgraphExec, handle: CUstream, per_thread: bool) -> DriverResult {
-    crate::init::process()?;
+    crate::model::driver::process()?;
     let exec = EXECS.get(exec).ok_or(code::INVALID_VALUE)?;
     let stream = stream::resolve(handle, per_thread)?;
     stream.ctx.check_sticky()?;
@@ -359,7 +359,7 @@ fn launch(exec: CUgraphExec, handle: CUstream, per_thread: bool) -> DriverResult
 }
 
 fn upload(exec: CUgraphExec, handle: CUstream, per_thread: bool) -> DriverResult {
-    crate::init::process()?;
+    crate::model::driver::process()?;
     EXECS.get(exec).ok_or(code::INVALID_VALUE)?;
     stream::resolve(handle, per_thread).map(drop)
 }
@@ -393,7 +393,7 @@ fn instantiate_with_params(
 /// `cuGraphGetNodes`: with no array, the count; else up to `*count` handles, the rest of the
 /// array cleared, and the count written.
 fn get_nodes(graph: CUgraph, out: *mut CUgraphNode, count: *mut usize) -> DriverResult {
-    crate::init::process()?;
+    crate::model::driver::process()?;
     let graph = GRAPHS.get(graph).ok_or(code::INVALID_VALUE)?;
     if count.is_null() {
         return Err(code::INVALID_VALUE);
@@ -417,7 +417,7 @@ fn get_nodes(graph: CUgraph, out: *mut CUgraphNode, count: *mut usize) -> Driver
 }
 
 fn kernel_node(node: CUgraphNode) -> Result<(Arc<GraphNode>, Arc<KernelLaunch>), u32> {
-    crate::init::process()?;
+    crate::model::driver::process()?;
     let n = NODES.get(node).ok_or(code::INVALID_VALUE)?;
     match &n.node {
         Node::Kernel(k) => {
@@ -478,7 +478,7 @@ cuda_entry! {
     }
 
     fn cuGraphNodeGetType(node: CUgraphNode, kind: *mut u32) {
-        crate::init::process()?;
+        crate::model::driver::process()?;
         let n = NODES.get(node).ok_or(code::INVALID_VALUE)?;
         // SAFETY: write_out checks null; the caller provides a CUgraphNodeType to write.
         unsafe { write_out(kind, n.node.node_type()) }
@@ -608,7 +608,7 @@ cuda_entry! {
     }
 
     fn cuThreadExchangeStreamCaptureMode(mode: *mut u32) {
-        crate::init::process()?;
+        crate::model::driver::process()?;
         if mode.is_null() {
             return Err(code::INVALID_VALUE);
         }
@@ -623,7 +623,7 @@ cuda_entry! {
     }
 
     fn cuGraphCreate(out: *mut CUgraph, flags: u32) {
-        crate::init::process()?;
+        crate::model::driver::process()?;
         if out.is_null() || flags != 0 {
             return Err(code::INVALID_VALUE);
         }
@@ -633,7 +633,7 @@ cuda_entry! {
     }
 
     fn cuGraphDestroy(graph: CUgraph) {
-        crate::init::process()?;
+        crate::model::driver::process()?;
         retire(graph).map(drop).ok_or(code::INVALID_VALUE)
     }
 
@@ -676,7 +676,7 @@ cuda_entry! {
     }
 
     fn cuGraphExecDestroy(exec: CUgraphExec) {
-        crate::init::process()?;
+        crate::model::driver::process()?;
         EXECS.remove(exec).map(drop).ok_or(code::INVALID_VALUE)
     }
 

@@ -198,7 +198,9 @@ impl Geometry {
 
     /// A cooperative grid must be resident all at once.
     fn check_cooperative(&self, device: usize) -> DriverResult {
-        let sms = crate::init::devices()?.get(device).map_or(1, |d| d.sms);
+        let sms = crate::model::driver::devices()?
+            .get(device)
+            .map_or(1, |d| d.sms);
         let threads = self.block.iter().product::<u32>().max(1);
         let per_sm = (THREADS_PER_SM / threads).clamp(1, BLOCKS_PER_SM);
         let blocks: u64 = self.grid.iter().map(|&g| g as u64).product();
@@ -299,7 +301,7 @@ unsafe fn launch(
     per_thread: bool,
     cooperative: bool,
 ) -> DriverResult {
-    crate::init::process()?;
+    crate::model::driver::process()?;
     let function = module::function(f)?;
     let stream = stream::resolve(stream, per_thread)?;
     geometry.check(&function)?;
@@ -350,7 +352,7 @@ unsafe fn launch_ex(
     extra: *mut *mut c_void,
     per_thread: bool,
 ) -> DriverResult {
-    crate::init::process()?;
+    crate::model::driver::process()?;
     if config.is_null() {
         return Err(code::INVALID_VALUE);
     }

@@ -8,7 +8,7 @@ use crate::ffi::{
     CU_STREAM_PER_THREAD,
 };
 use crate::graph::{Capture, HostKind, Node};
-use crate::init;
+use crate::model::driver;
 use std::cell::RefCell;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -145,7 +145,7 @@ impl Stream {
 /// per-thread default stream when `per_thread` (a `_ptsz`/`_ptds` entry point); the special
 /// handles `CU_STREAM_LEGACY` and `CU_STREAM_PER_THREAD` work everywhere.
 pub(crate) fn resolve(handle: CUstream, per_thread: bool) -> Result<Arc<Stream>, CUresult> {
-    init::process()?;
+    driver::process()?;
     match handle as usize {
         0 if per_thread => Ok(Stream::per_thread(context::current()?)),
         0 | CU_STREAM_LEGACY => Ok(context::current()?.legacy_stream()),
@@ -216,7 +216,7 @@ fn create(out: *mut CUstream, flags: u32, priority: i32) -> DriverResult {
 }
 
 fn destroy(handle: CUstream) -> DriverResult {
-    init::process()?;
+    driver::process()?;
     // The default streams cannot be destroyed.
     let stream = STREAMS.remove(handle).ok_or(code::INVALID_HANDLE)?;
     if let Some(capture) = stream.capture() {

@@ -154,7 +154,7 @@ pub(crate) fn on_executor_thread() -> bool {
 }
 
 fn executor(device: usize) -> Result<&'static Executor, CUresult> {
-    let process = crate::init::process()?;
+    let process = crate::model::driver::process()?;
     let slot = EXECUTORS.get(device).ok_or(code::INVALID_DEVICE)?;
     let exec = slot.get_or_init(|| Executor {
         device,

@@ -6,7 +6,7 @@
 use super::linear::current_device;
 use super::{map_lazy, unmap};
 use crate::ffi::{code, write_out, CUresult, DriverResult};
-use crate::init;
+use crate::model::driver;
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::{Mutex, MutexGuard};
@@ -112,7 +112,7 @@ fn create(desc: Array3dDescriptor, levels: u32, mipmapped: bool) -> Result<usize
             .ok_or(code::OUT_OF_MEMORY)?;
         bytes = bytes.checked_add(level_bytes).ok_or(code::OUT_OF_MEMORY)?;
     }
-    let process = init::process()?;
+    let process = driver::process()?;
     process
         .reserve_memory(device, bytes)
         .map_err(|_| code::OUT_OF_MEMORY)?;
@@ -140,7 +140,7 @@ fn create(desc: Array3dDescriptor, levels: u32, mipmapped: bool) -> Result<usize
 }
 
 fn destroy(handle: *mut c_void, mipmapped: bool) -> DriverResult {
-    init::process()?;
+    driver::process()?;
     let array = with_arrays(|a| {
         let map = if mipmapped {
             &mut a.mipmapped
@@ -154,18 +154,18 @@ fn destroy(handle: *mut c_void, mipmapped: bool) -> DriverResult {
         // SAFETY: the array's elements were mapped by `create` and the handle is gone.
         unsafe { unmap(array.base, array.bytes) };
     }
-    init::process()?.release_memory(array.device, array.bytes);
+    driver::process()?.release_memory(array.device, array.bytes);
     Ok(())
 }
 
 fn descriptor(handle: CUarray) -> Result<Array3dDescriptor, CUresult> {
-    init::process()?;
+    driver::process()?;
     with_arrays(|a| a.plain.get(&(handle as usize)).map(|x| x.desc)).ok_or(code::INVALID_HANDLE)
 }
 
 cuda_entry! {
     fn cuArrayCreate_v2(handle: *mut CUarray, desc: *const ArrayDescriptor) {
-        init::process()?;
+        driver::process()?;
         if handle.is_null() || desc.is_null() {
             return Err(code::INVALID_VALUE);
         }
@@ -185,7 +185,7 @@ cuda_entry! {
     }
 
     fn cuArray3DCreate_v2(handle: *mut CUarray, desc: *const Array3dDescriptor) {
-        init::process()?;
+        driver::process()?;
         if handle.is_null() || desc.is_null() {
             return Err(code::INVALID_VALUE);
         }
@@ -219,7 +219,7 @@ cuda_entry! {
     }
 
     fn cuMipmappedArrayCreate(handle: *mut *mut c_void, desc: *const Array3dDescriptor, num_levels: u32) {
-        init::process()?;
+        driver::process()?;
         if handle.is_null() || desc.is_null() {
             return Err(code::INVALID_VALUE);
         }

@@ -6,7 +6,7 @@ use super::registry::{self, Access, Allocation, Kind};
 use super::{map_lazy, pool, round_up, unmap};
 use crate::context;
 use crate::ffi::{code, write_out, CUdeviceptr, CUresult, CUstream, DriverResult};
-use crate::init;
+use crate::model::driver;
 use crate::stream;
 use std::ffi::c_void;
 
@@ -33,7 +33,7 @@ pub(super) fn allocate(
     if bytes == 0 {
         return Err(code::INVALID_VALUE);
     }
-    let process = init::process()?;
+    let process = driver::process()?;
     let accounted = kind.counted();
     if accounted {
         process
@@ -69,7 +69,7 @@ pub(super) fn release(a: &Allocation) {
     // orders the release after it).
     unsafe { unmap(a.base, a.size) };
     if a.kind.counted() {
-        if let Ok(process) = init::process() {
+        if let Ok(process) = driver::process() {
             process.release_memory(a.device, a.size);
         }
     }
@@ -102,7 +102,7 @@ pub(super) fn begin_free(ptr: u64, accept: fn(Kind) -> bool) -> Result<Allocatio
 /// waits for the blocking streams), so that queued copies and kernels never touch unmapped
 /// memory, as the driver's own free waits for them.
 fn free_synchronously(ptr: u64, accept: fn(Kind) -> bool) -> DriverResult {
-    init::process()?;
+    driver::process()?;
     if ptr == 0 {
         return Ok(());
     }
@@ -135,7 +135,7 @@ impl Owner {
 
 /// The current context's device, and the context as an owner.
 pub(super) fn current_device() -> Result<(usize, Owner), CUresult> {
-    init::process()?;
+    driver::process()?;
     let ctx = context::current()?;
     let owner = Owner {
         handle: ctx.handle() as usize,
@@ -219,7 +219,7 @@ cuda_entry! {
 
     fn cuMemAllocManaged(dptr: *mut CUdeviceptr, bytesize: usize, flags: u32) {
         if !ATTACH_FLAGS.contains(&flags) {
-            init::process()?;
+            driver::process()?;
             return Err(code::INVALID_VALUE);
         }
         alloc_on_current(dptr, bytesize as u64, Kind::Managed)
@@ -234,8 +234,8 @@ cuda_entry! {
         if free.is_null() || total.is_null() {
             return Err(code::INVALID_VALUE);
         }
-        let process = init::process()?;
-        let capacity = init::devices()?[device].memory;
+        let process = driver::process()?;
+        let capacity = driver::devices()?[device].memory;
         let used = process.node().memory_used(process.node_index(device));
         // SAFETY: both out-pointers are non-null and point to size_t.
         unsafe {
@@ -277,7 +277,7 @@ cuda_entry! {
     }
 
     fn cuMemHostGetDevicePointer_v2(pdptr: *mut CUdeviceptr, p: *mut c_void, flags: u32) {
-        init::process()?;
+        driver::process()?;
         if pdptr.is_null() || flags != 0 {
             return Err(code::INVALID_VALUE);
         }
@@ -293,7 +293,7 @@ cuda_entry! {
     }
 
     fn cuMemHostGetFlags(p_flags: *mut u32, p: *mut c_void) {
-        init::process()?;
+        driver::process()?;
         if p_flags.is_null() {
             return Err(code::INVALID_VALUE);
         }
@@ -315,7 +315,7 @@ cuda_entry! {
     }
 
     fn cuMemHostUnregister(p: *mut c_void) {
-        init::process()?;
+        driver::process()?;
         let mut reg = registry::write();
         match reg.get_mut(p as u64) {
             Some(a) if matches!(a.kind, Kind::Registered(_)) => {
@@ -327,7 +327,7 @@ cuda_entry! {
     }
 
     fn cuMemGetAddressRange_v2(pbase: *mut CUdeviceptr, psize: *mut usize, dptr: CUdeviceptr) {
-        init::process()?;
+        driver::process()?;
         let (base, size) = registry::read()
             .find(dptr)
             .map(|a| (a.base, a.size))
@@ -350,9 +350,9 @@ const DEVICE_CPU: i32 = -1;
 
 /// Checks that `[dptr, dptr + count)` is managed memory and `device` the host or a device.
 fn check_managed(dptr: CUdeviceptr, count: usize, device: i32) -> DriverResult {
-    init::process()?;
+    driver::process()?;
     if device != DEVICE_CPU {
-        init::check_device(device)?;
+        driver::check_device(device)?;
     }
     let managed = registry::read()
         .find_range(dptr, count as u64)

@@ -9,7 +9,7 @@ use super::linear::{self, Owner};
 use super::registry::{self, Kind};
 use crate::ffi::{code, write_out, CUdeviceptr, CUresult, CUstream, DriverResult};
 use crate::graph::HostKind;
-use crate::init;
+use crate::model::driver;
 use crate::stream;
 use simgpu::device::MAX_DEVICES;
 use std::collections::HashMap;
@@ -184,7 +184,7 @@ fn alloc_async(
     stream: CUstream,
     per_thread: bool,
 ) -> DriverResult {
-    init::process()?;
+    driver::process()?;
     if dptr.is_null() || bytes == 0 {
         return Err(code::INVALID_VALUE);
     }
@@ -205,7 +205,7 @@ fn alloc_async(
 }
 
 fn free_async(dptr: CUdeviceptr, stream: CUstream, per_thread: bool) -> DriverResult {
-    init::process()?;
+    driver::process()?;
     stream::stream_device(stream, per_thread)?;
     if dptr == 0 {
         return Ok(());
@@ -225,7 +225,7 @@ pub(super) fn location_device(location: &CUmemLocation) -> Result<usize, CUresul
     if location.kind != LOCATION_DEVICE {
         return Err(code::INVALID_VALUE);
     }
-    init::check_device(location.id).map_err(|_| code::INVALID_VALUE)
+    driver::check_device(location.id).map_err(|_| code::INVALID_VALUE)
 }
 
 cuda_entry! {
@@ -254,7 +254,7 @@ cuda_entry! {
     }
 
     fn cuMemPoolCreate(pool: *mut CUmemoryPool, props: *const c_void) {
-        init::process()?;
+        driver::process()?;
         if pool.is_null() || props.is_null() {
             return Err(code::INVALID_VALUE);
         }
@@ -271,7 +271,7 @@ cuda_entry! {
     }
 
     fn cuMemPoolDestroy(pool: CUmemoryPool) {
-        init::process()?;
+        driver::process()?;
         let mut p = pools();
         if p.get(pool)?.default {
             return Err(code::INVALID_VALUE);
@@ -285,7 +285,7 @@ cuda_entry! {
     }
 
     fn cuMemPoolSetAttribute(pool: CUmemoryPool, attr: c_int, value: *mut c_void) {
-        init::process()?;
+        driver::process()?;
         let mut p = pools();
         let pool = p.get(pool)?;
         if value.is_null() {
@@ -310,7 +310,7 @@ cuda_entry! {
     }
 
     fn cuMemPoolGetAttribute(pool: CUmemoryPool, attr: c_int, value: *mut c_void) {
-        init::process()?;
+        driver::process()?;
         let mut p = pools();
         let pool = p.get(pool)?;
         if value.is_null() {
@@ -334,13 +334,13 @@ cuda_entry! {
     }
 
     fn cuMemPoolTrimTo(pool: CUmemoryPool, _min_bytes_to_keep: usize) {
-        init::process()?;
+        driver::process()?;
         pools().get(pool)?;
         Ok(())
     }
 
     fn cuMemPoolSetAccess(pool: CUmemoryPool, map: *const CUmemAccessDesc, count: usize) {
-        init::process()?;
+        driver::process()?;
         pools().get(pool)?;
         if count > 0 && map.is_null() {
             return Err(code::INVALID_VALUE);
@@ -354,7 +354,7 @@ cuda_entry! {
     }
 
     fn cuMemPoolGetAccess(flags: *mut c_int, pool: CUmemoryPool, location: *const CUmemLocation) {
-        init::process()?;
+        driver::process()?;
         pools().get(pool)?;
         if location.is_null() {
             return Err(code::INVALID_VALUE);

@@ -187,7 +187,7 @@ unsafe fn batch(
     ops: *const BatchMemOp,
     flags: u32,
 ) -> DriverResult {
-    crate::init::process()?;
+    crate::model::driver::process()?;
     if flags != 0 || count >= BATCH_LIMIT || (count > 0 && ops.is_null()) {
         return Err(code::INVALID_VALUE);
     }

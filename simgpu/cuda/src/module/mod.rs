@@ -13,7 +13,7 @@ pub(crate) mod ptx;
 use crate::context::{self, Context};
 use crate::exec::registry::Registry;
 use crate::ffi::{code, write_out, CUdevice, CUfunction, CUmodule, CUresult, DriverResult};
-use crate::init;
+use crate::model::driver;
 use image::Code;
 use ptx::{Entry, Param};
 use std::ffi::{c_char, c_void, CStr, CString};
@@ -277,17 +277,17 @@ pub(crate) fn function(handle: CUfunction) -> Result<Arc<Function>, CUresult> {
 /// The live function (or kernel) behind a handle, whether or not it can run: for what is
 /// known of it without its code (name, parameters, module).
 fn registered(handle: CUfunction) -> Result<Arc<Function>, CUresult> {
-    init::process()?;
+    driver::process()?;
     FUNCTIONS.get(handle).ok_or(code::INVALID_HANDLE)
 }
 
 fn module(handle: CUmodule) -> Result<Arc<Module>, CUresult> {
-    init::process()?;
+    driver::process()?;
     MODULES.get(handle).ok_or(code::INVALID_HANDLE)
 }
 
 fn library(handle: CUlibrary) -> Result<Arc<Library>, CUresult> {
-    init::process()?;
+    driver::process()?;
     LIBRARIES.get(handle).ok_or(code::INVALID_HANDLE)
 }
 
@@ -392,7 +392,7 @@ fn place_variables(
 
 /// The compute capability of device `device`.
 pub(crate) fn device_cc(device: usize) -> (u32, u32) {
-    init::devices()
+    driver::devices()
         .ok()
         .and_then(|d| d.get(device))
         .map_or((8, 0), |d| d.compute_capability)
@@ -446,7 +446,7 @@ fn load_library(
     out: *mut CUlibrary,
     code: impl FnOnce((u32, u32)) -> Result<(Code, bool), CUresult>,
 ) -> DriverResult {
-    init::process()?;
+    driver::process()?;
     if out.is_null() {
         return Err(code::INVALID_VALUE);
     }
@@ -531,7 +531,7 @@ cuda_entry! {
     }
 
     fn cuModuleUnload(handle: CUmodule) {
-        init::process()?;
+        driver::process()?;
         let m = MODULES.remove(handle).ok_or(code::INVALID_HANDLE)?;
         unload(&m);
         Ok(())
@@ -563,7 +563,7 @@ cuda_entry! {
     }
 
     fn cuModuleGetLoadingMode(mode: *mut u32) {
-        init::process()?;
+        driver::process()?;
         // SAFETY: write_out checks null; the caller provides a CUmoduleLoadingMode to write.
         unsafe { write_out(mode, EAGER_LOADING) }
     }
@@ -649,7 +649,7 @@ cuda_entry! {
     }
 
     fn cuLibraryUnload(handle: CUlibrary) {
-        init::process()?;
+        driver::process()?;
         let lib = LIBRARIES.remove(handle).ok_or(code::INVALID_HANDLE)?;
         MODULES.remove(Registry::handle_of(&lib.module));
         unload(&lib.module);
@@ -716,19 +716,19 @@ cuda_entry! {
     }
 
     fn cuKernelGetAttribute(value: *mut i32, which: i32, kernel: CUkernel, dev: CUdevice) {
-        init::check_device(dev)?;
+        driver::check_device(dev)?;
         let v = function(kernel)?.attribute(which)?;
         // SAFETY: write_out checks null; the caller provides an int to write.
         unsafe { write_out(value, v) }
     }
 
     fn cuKernelSetAttribute(which: i32, value: i32, kernel: CUkernel, dev: CUdevice) {
-        init::check_device(dev)?;
+        driver::check_device(dev)?;
         function(kernel)?.set_attribute(which, value)
     }
 
     fn cuKernelSetCacheConfig(kernel: CUkernel, config: u32, dev: CUdevice) {
-        init::check_device(dev)?;
+        driver::check_device(dev)?;
         let f = function(kernel)?;
         if config > 3 {
             return Err(code::INVALID_VALUE);

@@ -1,0 +1,8 @@
+//! The model: the state of the simulated driver (the process's attachment to the node, its
+//! devices, contexts, streams, events, the executors and their time slicing, memory,
+//! modules, graphs) and what can be done with it. Nothing here is an entry point: the files
+//! above translate the C arguments of the driver API into calls here, and the results into
+//! the driver's result codes.
+
+pub(crate) mod driver;
+pub(crate) mod rm;
