@@ -3,10 +3,10 @@
 //! device like any allocation; a plain array keeps its elements row after row, so that 2D
 //! copies can reach them.
 
-use super::linear::current_device;
-use super::{map_lazy, unmap};
 use crate::ffi::{code, write_out, CUresult, DriverResult};
 use crate::model::driver;
+use crate::model::memory::linear::current_device;
+use crate::model::memory::{map_lazy, unmap};
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::{Mutex, MutexGuard};

@@ -4,12 +4,13 @@
 //! the allocation it starts in fails with `CUDA_ERROR_INVALID_VALUE` instead of touching
 //! memory it does not own.
 
-use super::registry::{self, Access};
-use super::{aligned, array};
 use crate::ffi::{code, CUcontext, CUdeviceptr, CUresult, CUstream, DriverResult};
-use crate::graph::HostKind;
+use crate::memory::array;
 use crate::model::driver;
-use crate::stream;
+use crate::model::graph::HostKind;
+use crate::model::memory::aligned;
+use crate::model::memory::registry::{self, Access};
+use crate::model::stream;
 use std::ffi::c_void;
 use std::sync::Arc;
 

@@ -1,8 +1,8 @@
 //! Pointer attributes: what the driver knows of an address.
 
-use super::registry::{self, Allocation, Kind};
 use crate::ffi::{code, CUdeviceptr, CUresult};
 use crate::model::driver;
+use crate::model::memory::registry::{self, Allocation, Kind};
 use std::ffi::{c_int, c_void};
 
 /// `CUmemorytype`.

@@ -7,11 +7,13 @@
 //! only once touched. Its bytes are counted against its device from `cuMemCreate` until it
 //! is both released and unmapped everywhere.
 
-use super::aligned;
-use super::pool::{location_device, CUmemAccessDesc, CUmemLocation, ALLOCATION_PINNED};
-use super::registry::{self, Access, Allocation, Kind};
 use crate::ffi::{code, write_out, CUdeviceptr, CUresult};
 use crate::model::driver;
+use crate::model::memory::aligned;
+use crate::model::memory::pool::{
+    location_device, CUmemAccessDesc, CUmemLocation, ALLOCATION_PINNED,
+};
+use crate::model::memory::registry::{self, Access, Allocation, Kind};
 use simgpu::device::MAX_DEVICES;
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::c_void;
