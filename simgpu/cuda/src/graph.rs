@@ -1,473 +1,12 @@
-//! Stream capture and graphs. A capture records the kernels and host work submitted to its
-//! streams, in submission order; launching the instantiated graph replays them in that order
-//! on one stream. (Graph edges are not modelled: the replay is a valid linearization of any
-//! captured dependency graph.) Each node has a handle, through which a program lists a
-//! graph's nodes, reads a kernel node's launch and changes it in an instantiated graph, as
-//! cuBLASLt does to reuse a captured graph with new arguments.
+//! The entry points of graphs: building, capture, instantiation and launch.
+//!
+//! They check and translate the C arguments, call into [`crate::model::graph`], and
+//! write its results out as the driver API does.
 
-use crate::exec::{registry::Registry, HostWork, Work};
-use crate::ffi::{code, write_out, CUstream, DriverResult};
-use crate::launch::{KernelLaunch, KernelNodeParams, KernelNodeParamsV2};
-use crate::stream::{self, Stream, StreamKind};
-use std::cell::Cell;
+use crate::ffi::{code, write_out, CUstream};
+use crate::model::graph::*;
+use crate::model::launch::{KernelNodeParams, KernelNodeParamsV2};
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
-
-pub use tessera_cuda_abi::CUgraph;
-pub use tessera_cuda_abi::CUgraphExec;
-
-/// `CUstreamCaptureStatus`.
-const CAPTURE_NONE: u32 = 0;
-const CAPTURE_ACTIVE: u32 = 1;
-const CAPTURE_INVALIDATED: u32 = 2;
-/// `CUstreamCaptureMode`: global, thread-local, relaxed.
-const CAPTURE_MODE_RELAXED: u32 = 2;
-
-/// What host work does, for the node type a graph reports for it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum HostKind {
-    /// A copy.
-    Copy,
-    /// A memset.
-    Set,
-    /// A host function.
-    Function,
-    /// A stream memory operation (a word written or waited for).
-    MemoryOperation,
-    /// A stream-ordered free.
-    Free,
-}
-
-/// `CUgraphNodeType` values.
-mod node_type {
-    pub const KERNEL: u32 = 0;
-    pub const MEMCPY: u32 = 1;
-    pub const MEMSET: u32 = 2;
-    pub const HOST: u32 = 3;
-    pub const MEM_FREE: u32 = 11;
-    pub const BATCH_MEM_OP: u32 = 12;
-}
-
-/// A graph node: work a graph can hold.
-#[derive(Clone)]
-pub(crate) enum Node {
-    /// A kernel launch, with its arguments as they were at capture.
-    Kernel(Arc<KernelLaunch>),
-    /// Host work (a host function, a copy, a memset, a memory operation, a free).
-    Host(HostKind, HostWork),
-}
-
-impl Node {
-    /// The stream operation that runs the node.
-    pub(crate) fn into_work(self) -> Work {
-        match self {
-            Node::Kernel(k) => Work::Kernel(k),
-            Node::Host(_, h) => Work::Host(h),
-        }
-    }
-
-    /// Its `CUgraphNodeType`.
-    fn node_type(&self) -> u32 {
-        match self {
-            Node::Kernel(_) => node_type::KERNEL,
-            Node::Host(HostKind::Copy, _) => node_type::MEMCPY,
-            Node::Host(HostKind::Set, _) => node_type::MEMSET,
-            Node::Host(HostKind::Function, _) => node_type::HOST,
-            Node::Host(HostKind::MemoryOperation, _) => node_type::BATCH_MEM_OP,
-            Node::Host(HostKind::Free, _) => node_type::MEM_FREE,
-        }
-    }
-}
-
-/// A node of a graph, as its handle stands for it.
-struct GraphNode {
-    node: Node,
-    /// For a kernel node: one pointer per parameter into the launch's argument bytes, the
-    /// `kernelParams` that `cuGraphKernelNodeGetParams` reports (addresses, as integers).
-    arg_pointers: Vec<usize>,
-}
-
-impl GraphNode {
-    fn new(node: Node) -> Arc<GraphNode> {
-        let arg_pointers = match &node {
-            Node::Kernel(k) => k.arg_addresses(),
-            Node::Host(..) => Vec::new(),
-        };
-        Arc::new(GraphNode { node, arg_pointers })
-    }
-}
-
-/// A graph: its nodes in order.
-pub(crate) struct Graph {
-    nodes: Mutex<Vec<Arc<GraphNode>>>,
-}
-
-impl Graph {
-    fn new() -> Arc<Graph> {
-        Arc::new(Graph {
-            nodes: Mutex::new(Vec::new()),
-        })
-    }
-
-    fn nodes(&self) -> MutexGuard<'_, Vec<Arc<GraphNode>>> {
-        self.nodes.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Adds a node and makes its handle live.
-    fn push(&self, node: Node) {
-        let node = GraphNode::new(node);
-        NODES.insert(Arc::clone(&node));
-        self.nodes().push(node);
-    }
-}
-
-/// Retires a graph and its nodes' handles.
-fn retire(handle: CUgraph) -> Option<Arc<Graph>> {
-    let graph = GRAPHS.remove(handle)?;
-    for node in graph.nodes().iter() {
-        NODES.remove(Registry::handle_of(node));
-    }
-    Some(graph)
-}
-
-/// An instantiated graph: each node with the handle of the graph node it came from.
-struct GraphExec {
-    nodes: Mutex<Vec<(usize, Node)>>,
-}
-
-impl GraphExec {
-    fn nodes(&self) -> MutexGuard<'_, Vec<(usize, Node)>> {
-        self.nodes.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
-
-static GRAPHS: Registry<Graph> = Registry::new();
-static NODES: Registry<GraphNode> = Registry::new();
-static EXECS: Registry<GraphExec> = Registry::new();
-static NEXT_CAPTURE_ID: AtomicU64 = AtomicU64::new(1);
-
-thread_local! {
-    static THREAD_CAPTURE_MODE: Cell<u32> = const { Cell::new(0) };
-}
-
-/// A capture in progress.
-pub(crate) struct Capture {
-    id: u64,
-    /// The stream that began it; only it may end it.
-    origin: u64,
-    graph: Arc<Graph>,
-    graph_handle: CUgraph,
-    invalidated: AtomicBool,
-    /// Streams that joined through events, to be released at the end.
-    members: Mutex<Vec<Weak<Stream>>>,
-}
-
-// SAFETY: `graph_handle` is only an identifier (the graph's address), never dereferenced
-// through this field.
-unsafe impl Send for Capture {}
-// SAFETY: as for Send; the other fields are thread-safe.
-unsafe impl Sync for Capture {}
-
-impl Capture {
-    /// Fails if an unsupported operation spoiled the capture.
-    pub(crate) fn check(&self) -> DriverResult {
-        if self.invalidated.load(Relaxed) {
-            Err(code::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED)
-        } else {
-            Ok(())
-        }
-    }
-
-    /// Appends a node.
-    pub(crate) fn add(&self, node: Node) -> DriverResult {
-        self.check()?;
-        self.graph.push(node);
-        Ok(())
-    }
-
-    /// Spoils the capture: ending it will fail.
-    pub(crate) fn invalidate(&self) {
-        self.invalidated.store(true, Relaxed);
-    }
-}
-
-/// Draws `stream` into `capture` (it waited for an event recorded inside the capture).
-pub(crate) fn join(stream: &Arc<Stream>, capture: &Arc<Capture>) -> DriverResult {
-    capture.check()?;
-    match stream.capture() {
-        Some(current) if Arc::ptr_eq(&current, capture) => Ok(()),
-        // Two captures may not merge.
-        Some(current) => {
-            current.invalidate();
-            capture.invalidate();
-            Err(code::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED)
-        }
-        None => {
-            stream.set_capture(Some(Arc::clone(capture)));
-            capture
-                .members
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(Arc::downgrade(stream));
-            Ok(())
-        }
-    }
-}
-
-fn begin(handle: CUstream, mode: u32, per_thread: bool) -> DriverResult {
-    let stream = stream::resolve(handle, per_thread)?;
-    if mode > CAPTURE_MODE_RELAXED {
-        return Err(code::CUDA_ERROR_INVALID_VALUE);
-    }
-    if stream.kind == StreamKind::Legacy {
-        return Err(code::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
-    }
-    if stream.capture().is_some() {
-        return Err(code::CUDA_ERROR_ILLEGAL_STATE);
-    }
-    let graph = Graph::new();
-    let graph_handle = GRAPHS.insert(Arc::clone(&graph));
-    stream.set_capture(Some(Arc::new(Capture {
-        id: NEXT_CAPTURE_ID.fetch_add(1, Relaxed),
-        origin: stream.id,
-        graph,
-        graph_handle,
-        invalidated: AtomicBool::new(false),
-        members: Mutex::new(Vec::new()),
-    })));
-    Ok(())
-}
-
-fn end(handle: CUstream, out: *mut CUgraph, per_thread: bool) -> DriverResult {
-    let stream = stream::resolve(handle, per_thread)?;
-    if out.is_null() {
-        return Err(code::CUDA_ERROR_INVALID_VALUE);
-    }
-    let capture = stream.capture().ok_or(code::CUDA_ERROR_ILLEGAL_STATE)?;
-    if capture.origin != stream.id {
-        capture.invalidate();
-        return Err(code::CUDA_ERROR_STREAM_CAPTURE_UNMATCHED);
-    }
-    stream.set_capture(None);
-    let members = std::mem::take(&mut *capture.members.lock().unwrap_or_else(|e| e.into_inner()));
-    for member in members.iter().filter_map(Weak::upgrade) {
-        member.set_capture(None);
-    }
-    let result = if capture.invalidated.load(Relaxed) {
-        retire(capture.graph_handle);
-        Err(code::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED)
-    } else {
-        Ok(capture.graph_handle)
-    };
-    // SAFETY: checked non-null; the caller provides a CUgraph to write.
-    unsafe { write_out(out, *result.as_ref().unwrap_or(&std::ptr::null_mut()))? };
-    result.map(drop)
-}
-
-fn capture_status(stream: &Stream) -> (u32, Option<Arc<Capture>>) {
-    match stream.capture() {
-        None => (CAPTURE_NONE, None),
-        Some(c) if c.invalidated.load(Relaxed) => (CAPTURE_INVALIDATED, Some(c)),
-        Some(c) => (CAPTURE_ACTIVE, Some(c)),
-    }
-}
-
-fn is_capturing(handle: CUstream, status: *mut u32, per_thread: bool) -> DriverResult {
-    let stream = stream::resolve(handle, per_thread)?;
-    // SAFETY: write_out checks null; the caller provides a CUstreamCaptureStatus to write.
-    unsafe { write_out(status, capture_status(&stream).0) }
-}
-
-/// `cuStreamGetCaptureInfo` in all its versions: the optional outputs are written when
-/// non-null; the graph has no dependency nodes to report (its order is its only edge set).
-#[allow(clippy::too_many_arguments)]
-fn capture_info(
-    handle: CUstream,
-    per_thread: bool,
-    status: *mut u32,
-    id: *mut u64,
-    graph: *mut CUgraph,
-    deps: *mut *const c_void,
-    edges: *mut *const c_void,
-    num_deps: *mut usize,
-) -> DriverResult {
-    let stream = stream::resolve(handle, per_thread)?;
-    if status.is_null() {
-        return Err(code::CUDA_ERROR_INVALID_VALUE);
-    }
-    let (s, capture) = capture_status(&stream);
-    // SAFETY: checked non-null; the caller provides a CUstreamCaptureStatus to write.
-    unsafe { write_out(status, s)? };
-    let Some(capture) = capture else {
-        return Ok(());
-    };
-    // SAFETY (each write below): non-null, and the caller provides the pointed-to type.
-    if !id.is_null() {
-        // SAFETY: see above.
-        unsafe { write_out(id, capture.id)? };
-    }
-    if !graph.is_null() {
-        // SAFETY: see above.
-        unsafe { write_out(graph, capture.graph_handle)? };
-    }
-    if !deps.is_null() {
-        // SAFETY: see above.
-        unsafe { write_out(deps, std::ptr::null())? };
-    }
-    if !edges.is_null() {
-        // SAFETY: see above.
-        unsafe { write_out(edges, std::ptr::null())? };
-    }
-    if !num_deps.is_null() {
-        // SAFETY: see above.
-        unsafe { write_out(num_deps, 0)? };
-    }
-    Ok(())
-}
-
-fn instantiate(out: *mut CUgraphExec, graph: CUgraph) -> DriverResult {
-    crate::init::process()?;
-    if out.is_null() {
-        return Err(code::CUDA_ERROR_INVALID_VALUE);
-    }
-    let graph = GRAPHS.get(graph).ok_or(code::CUDA_ERROR_INVALID_VALUE)?;
-    let nodes = graph
-        .nodes()
-        .iter()
-        .map(|n| (Registry::handle_of(n) as usize, n.node.clone()))
-        .collect();
-    let handle = EXECS.insert(Arc::new(GraphExec {
-        nodes: Mutex::new(nodes),
-    }));
-    // SAFETY: checked non-null; the caller provides a CUgraphExec to write.
-    unsafe { write_out(out, handle) }
-}
-
-fn launch(exec: CUgraphExec, handle: CUstream, per_thread: bool) -> DriverResult {
-    crate::init::process()?;
-    let exec = EXECS.get(exec).ok_or(code::CUDA_ERROR_INVALID_VALUE)?;
-    let stream = stream::resolve(handle, per_thread)?;
-    stream.ctx.check_sticky()?;
-    let nodes: Vec<Node> = exec.nodes().iter().map(|(_, n)| n.clone()).collect();
-    for node in nodes {
-        stream::submit_node(&stream, node)?;
-    }
-    Ok(())
-}
-
-fn upload(exec: CUgraphExec, handle: CUstream, per_thread: bool) -> DriverResult {
-    crate::init::process()?;
-    EXECS.get(exec).ok_or(code::CUDA_ERROR_INVALID_VALUE)?;
-    stream::resolve(handle, per_thread).map(drop)
-}
-
-/// `CUDA_GRAPH_INSTANTIATE_PARAMS`.
-#[repr(C)]
-pub struct InstantiateParams {
-    flags: u64,
-    upload_stream: CUstream,
-    error_node: *mut c_void,
-    result: u32,
-}
-
-fn instantiate_with_params(
-    out: *mut CUgraphExec,
-    graph: CUgraph,
-    params: *mut InstantiateParams,
-) -> DriverResult {
-    if params.is_null() {
-        return Err(code::CUDA_ERROR_INVALID_VALUE);
-    }
-    instantiate(out, graph)?;
-    // SAFETY: non-null; the caller provides the parameter block for reading and writing.
-    unsafe {
-        (*params).error_node = std::ptr::null_mut();
-        (*params).result = 0;
-    }
-    Ok(())
-}
-
-/// `cuGraphGetNodes`: with no array, the count; else up to `*count` handles, the rest of the
-/// array cleared, and the count written.
-fn get_nodes(graph: CUgraph, out: *mut CUgraphNode, count: *mut usize) -> DriverResult {
-    crate::init::process()?;
-    let graph = GRAPHS.get(graph).ok_or(code::CUDA_ERROR_INVALID_VALUE)?;
-    if count.is_null() {
-        return Err(code::CUDA_ERROR_INVALID_VALUE);
-    }
-    let nodes = graph.nodes();
-    if out.is_null() {
-        // SAFETY: checked non-null; the caller provides a size_t to write.
-        return unsafe { write_out(count, nodes.len()) };
-    }
-    // SAFETY: checked non-null; the caller provides a size_t to read and write.
-    let room = unsafe { count.read() };
-    for i in 0..room {
-        let handle = nodes
-            .get(i)
-            .map_or(std::ptr::null_mut(), Registry::handle_of);
-        // SAFETY: the array holds `room` handles, by the contract.
-        unsafe { out.add(i).write(handle) };
-    }
-    // SAFETY: as above.
-    unsafe { write_out(count, room.min(nodes.len())) }
-}
-
-fn kernel_node(node: CUgraphNode) -> Result<(Arc<GraphNode>, Arc<KernelLaunch>), u32> {
-    crate::init::process()?;
-    let n = NODES.get(node).ok_or(code::CUDA_ERROR_INVALID_VALUE)?;
-    match &n.node {
-        Node::Kernel(k) => {
-            let k = Arc::clone(k);
-            Ok((n, k))
-        }
-        Node::Host(..) => Err(code::CUDA_ERROR_INVALID_VALUE),
-    }
-}
-
-/// `cuGraphKernelNodeGetParams`: the launch as captured, its arguments through pointers
-/// into the node's own copy of them.
-fn kernel_node_params(node: CUgraphNode) -> Result<KernelNodeParams, u32> {
-    let (n, k) = kernel_node(node)?;
-    let mut params = k.node_params();
-    if !n.arg_pointers.is_empty() {
-        params.params = n.arg_pointers.as_ptr() as *mut *mut c_void;
-    }
-    Ok(params)
-}
-
-/// `cuGraphExecKernelNodeSetParams`: the instantiated graph's copy of a kernel node launches
-/// with new geometry and arguments from now on; its function may change, within its device.
-///
-/// # Safety
-/// `params` must be null or a kernel node's parameters as the driver API defines them.
-unsafe fn exec_set_kernel_params(
-    exec: CUgraphExec,
-    node: CUgraphNode,
-    params: *const KernelNodeParams,
-    kernel: *mut c_void,
-) -> DriverResult {
-    let exec = EXECS.get(exec).ok_or(code::CUDA_ERROR_INVALID_VALUE)?;
-    let (_, old) = kernel_node(node)?;
-    if params.is_null() {
-        return Err(code::CUDA_ERROR_INVALID_VALUE);
-    }
-    // SAFETY: non-null; the caller passes the parameters, by the contract.
-    let new = unsafe { KernelLaunch::from_node_params(&*params, kernel) }?;
-    if new.device() != old.device() {
-        return Err(code::CUDA_ERROR_INVALID_VALUE);
-    }
-    let mut nodes = exec.nodes();
-    let slot = nodes
-        .iter_mut()
-        .find(|(origin, _)| *origin == node as usize)
-        .ok_or(code::CUDA_ERROR_INVALID_VALUE)?;
-    slot.1 = Node::Kernel(Arc::new(new));
-    Ok(())
-}
-
-pub use tessera_cuda_abi::CUgraphNode;
 
 cuda_entry! {
     fn cuGraphGetNodes(graph: CUgraph, nodes: *mut CUgraphNode, count: *mut usize) {
@@ -475,7 +14,7 @@ cuda_entry! {
     }
 
     fn cuGraphNodeGetType(node: CUgraphNode, kind: *mut u32) {
-        crate::init::process()?;
+        crate::model::driver::process()?;
         let n = NODES.get(node).ok_or(code::CUDA_ERROR_INVALID_VALUE)?;
         // SAFETY: write_out checks null; the caller provides a CUgraphNodeType to write.
         unsafe { write_out(kind, n.node.node_type()) }
@@ -605,7 +144,7 @@ cuda_entry! {
     }
 
     fn cuThreadExchangeStreamCaptureMode(mode: *mut u32) {
-        crate::init::process()?;
+        crate::model::driver::process()?;
         if mode.is_null() {
             return Err(code::CUDA_ERROR_INVALID_VALUE);
         }
@@ -620,7 +159,7 @@ cuda_entry! {
     }
 
     fn cuGraphCreate(out: *mut CUgraph, flags: u32) {
-        crate::init::process()?;
+        crate::model::driver::process()?;
         if out.is_null() || flags != 0 {
             return Err(code::CUDA_ERROR_INVALID_VALUE);
         }
@@ -630,7 +169,7 @@ cuda_entry! {
     }
 
     fn cuGraphDestroy(graph: CUgraph) {
-        crate::init::process()?;
+        crate::model::driver::process()?;
         retire(graph).map(drop).ok_or(code::CUDA_ERROR_INVALID_VALUE)
     }
 
@@ -673,7 +212,7 @@ cuda_entry! {
     }
 
     fn cuGraphExecDestroy(exec: CUgraphExec) {
-        crate::init::process()?;
+        crate::model::driver::process()?;
         EXECS.remove(exec).map(drop).ok_or(code::CUDA_ERROR_INVALID_VALUE)
     }
 

@@ -4,8 +4,8 @@
 //! memory here is this host's memory, so access needs nothing more than the record; cuBLAS
 //! and NCCL look these entry points up and use them on multi-GPU nodes.
 
-use crate::context::{self, Context};
 use crate::ffi::{code, CUcontext, CUresult, DriverResult};
+use crate::model::context::{self, Context};
 use std::collections::BTreeSet;
 use std::sync::{Mutex, MutexGuard};
 
@@ -63,7 +63,7 @@ fn forget_context(ctx: &Context) {
     enabled().retain(|&(from, to)| from != ctx.id && to != ctx.id);
 }
 
-crate::context::teardown_step!(Peers, forget_context);
+crate::model::context::teardown_step!(Peers, forget_context);
 
 cuda_entry! {
     fn cuCtxEnablePeerAccess(peer: CUcontext, flags: u32) {

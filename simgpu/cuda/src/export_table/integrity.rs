@@ -53,7 +53,7 @@ fn answer(version: u32, unix_seconds: u64) -> Result<[u64; 2], CUresult> {
     let mut message = Vec::with_capacity(48 + 28 * 16);
     let mut driver_version = 0;
     // SAFETY: a valid out-pointer.
-    result(unsafe { crate::init::cuDriverGetVersion(&mut driver_version) })?;
+    result(unsafe { crate::driver::cuDriverGetVersion(&mut driver_version) })?;
     message.extend((driver_version as u32).to_ne_bytes());
     message.extend(version.to_ne_bytes());
     message.extend(std::process::id().to_ne_bytes());

@@ -92,8 +92,8 @@ unsafe extern "C" fn load_from_fatbin_with_options(
 /// internal calls never pass through its exports.
 unsafe extern "C" fn primary_context(pctx: *mut CUcontext, dev: CUdevice) -> CUresult {
     slot(|| {
-        crate::context::primary_retain(pctx, dev)?;
-        crate::context::primary_release(dev)
+        crate::model::context::primary_retain(pctx, dev)?;
+        crate::model::context::primary_release(dev)
     })
 }
 
@@ -105,7 +105,7 @@ unsafe extern "C" fn acknowledge(_value: usize) -> CUresult {
 pub(super) static CONTEXT_CREATE: Table<2> = Table::sized([NONE, create_context as *const c_void]);
 
 unsafe extern "C" fn create_context(pctx: *mut CUcontext, flags: u32, dev: CUdevice) -> CUresult {
-    slot(|| crate::context::create_and_push(pctx, flags, dev))
+    slot(|| crate::model::context::create_and_push(pctx, flags, dev))
 }
 
 /// Checks the runtime makes of a context before using it.
@@ -170,9 +170,9 @@ pub(super) static RUNTIME_13: Table<16> = {
 unsafe extern "C" fn context_id(ctx: CUcontext, out: *mut u64) -> CUresult {
     slot(|| {
         let ctx = if ctx.is_null() {
-            crate::context::current()?
+            crate::model::context::current()?
         } else {
-            crate::context::lookup(ctx)?
+            crate::model::context::lookup(ctx)?
         };
         // SAFETY: write_out checks null; the caller passes a pointer to a 64-bit value.
         unsafe { crate::ffi::write_out(out, ctx.id) }

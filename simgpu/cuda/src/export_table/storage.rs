@@ -3,8 +3,8 @@
 //! with the context.
 
 use super::{slot, Table, NONE};
-use crate::context::Context;
 use crate::ffi::{code, CUcontext, CUresult};
+use crate::model::context::Context;
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::{Arc, Mutex};
@@ -39,9 +39,9 @@ fn with_entries<R>(f: impl FnOnce(&mut HashMap<(u64, usize), Entry>) -> R) -> R 
 
 fn context(handle: CUcontext) -> Result<Arc<Context>, CUresult> {
     if handle.is_null() {
-        crate::context::current()
+        crate::model::context::current()
     } else {
-        crate::context::lookup(handle)
+        crate::model::context::lookup(handle)
     }
 }
 
@@ -101,4 +101,4 @@ fn forget_context(ctx: &Arc<Context>) {
         }
     }
 }
-crate::context::teardown_step!(RuntimeState, forget_context);
+crate::model::context::teardown_step!(RuntimeState, forget_context);

@@ -24,7 +24,7 @@ pub(super) static TOOLS_THREAD_STATE: Table<4> = {
 /// when there is none.
 unsafe extern "C" fn current_context(out: *mut CUcontext) -> CUresult {
     super::slot(|| {
-        let ctx = crate::context::current()?;
+        let ctx = crate::model::context::current()?;
         // SAFETY: write_out checks null; the caller passes a pointer to a context handle.
         unsafe { crate::ffi::write_out(out, ctx.handle()) }
     })

@@ -3,18 +3,18 @@
 //! device like any allocation; a plain array keeps its elements row after row, so that 2D
 //! copies can reach them.
 
-use super::linear::current_device;
-use super::{map_lazy, unmap};
 use crate::ffi::{code, write_out, CUresult, DriverResult};
-use crate::init;
+use crate::model::driver;
+use crate::model::memory::linear::current_device;
+use crate::model::memory::{map_lazy, unmap};
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::{Mutex, MutexGuard};
+
+use tessera_cuda_abi::CUarray;
 use tessera_cuda_abi::{
     CUDA_ARRAY3D_DESCRIPTOR as Array3dDescriptor, CUDA_ARRAY_DESCRIPTOR as ArrayDescriptor,
 };
-
-use tessera_cuda_abi::CUarray;
 
 /// Bytes of one element of a `CUarray_format` with `channels` channels.
 fn element_size(format: u32, channels: u32) -> Option<u64> {
@@ -95,7 +95,7 @@ fn create(desc: Array3dDescriptor, levels: u32, mipmapped: bool) -> Result<usize
             .checked_add(level_bytes)
             .ok_or(code::CUDA_ERROR_OUT_OF_MEMORY)?;
     }
-    let process = init::process()?;
+    let process = driver::process()?;
     process
         .reserve_memory(device, bytes)
         .map_err(|_| code::CUDA_ERROR_OUT_OF_MEMORY)?;
@@ -123,7 +123,7 @@ fn create(desc: Array3dDescriptor, levels: u32, mipmapped: bool) -> Result<usize
 }
 
 fn destroy(handle: *mut c_void, mipmapped: bool) -> DriverResult {
-    init::process()?;
+    driver::process()?;
     let array = with_arrays(|a| {
         let map = if mipmapped {
             &mut a.mipmapped
@@ -137,19 +137,19 @@ fn destroy(handle: *mut c_void, mipmapped: bool) -> DriverResult {
         // SAFETY: the array's elements were mapped by `create` and the handle is gone.
         unsafe { unmap(array.base, array.bytes) };
     }
-    init::process()?.release_memory(array.device, array.bytes);
+    driver::process()?.release_memory(array.device, array.bytes);
     Ok(())
 }
 
 fn descriptor(handle: CUarray) -> Result<Array3dDescriptor, CUresult> {
-    init::process()?;
+    driver::process()?;
     with_arrays(|a| a.plain.get(&(handle as usize)).map(|x| x.desc))
         .ok_or(code::CUDA_ERROR_INVALID_HANDLE)
 }
 
 cuda_entry! {
     fn cuArrayCreate_v2(handle: *mut CUarray, desc: *const ArrayDescriptor) {
-        init::process()?;
+        driver::process()?;
         if handle.is_null() || desc.is_null() {
             return Err(code::CUDA_ERROR_INVALID_VALUE);
         }
@@ -169,7 +169,7 @@ cuda_entry! {
     }
 
     fn cuArray3DCreate_v2(handle: *mut CUarray, desc: *const Array3dDescriptor) {
-        init::process()?;
+        driver::process()?;
         if handle.is_null() || desc.is_null() {
             return Err(code::CUDA_ERROR_INVALID_VALUE);
         }
@@ -203,7 +203,7 @@ cuda_entry! {
     }
 
     fn cuMipmappedArrayCreate(handle: *mut *mut c_void, desc: *const Array3dDescriptor, num_levels: u32) {
-        init::process()?;
+        driver::process()?;
         if handle.is_null() || desc.is_null() {
             return Err(code::CUDA_ERROR_INVALID_VALUE);
         }

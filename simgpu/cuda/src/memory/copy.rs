@@ -4,12 +4,13 @@
 //! the allocation it starts in fails with `CUDA_ERROR_INVALID_VALUE` instead of touching
 //! memory it does not own.
 
-use super::registry::{self, Access};
-use super::{aligned, array};
 use crate::ffi::{code, CUcontext, CUdeviceptr, CUresult, CUstream, DriverResult};
-use crate::graph::HostKind;
-use crate::init;
-use crate::stream;
+use crate::memory::array;
+use crate::model::driver;
+use crate::model::graph::HostKind;
+use crate::model::memory::aligned;
+use crate::model::memory::registry::{self, Access};
+use crate::model::stream;
 use std::ffi::c_void;
 use std::sync::Arc;
 
@@ -245,7 +246,7 @@ pub(crate) struct Memcpy2d {
 }
 
 fn copy_2d(p: *const Memcpy2d, order: Order) -> DriverResult {
-    init::process()?;
+    driver::process()?;
     if p.is_null() {
         return Err(code::CUDA_ERROR_INVALID_VALUE);
     }
@@ -299,7 +300,7 @@ fn copy_linear(
     bytes: usize,
     order: Order,
 ) -> DriverResult {
-    init::process()?;
+    driver::process()?;
     if bytes == 0 {
         return Ok(());
     }
@@ -337,7 +338,7 @@ fn memset(
     height: usize,
     order: Order,
 ) -> DriverResult {
-    init::process()?;
+    driver::process()?;
     let (w, h) = (width as u64, height as u64);
     if w == 0 || h == 0 {
         return Ok(());

@@ -1,192 +1,15 @@
-//! Linear allocations: device, pitched, managed and page-locked host memory, host
-//! registration, frees and `cuMemGetInfo`.
+//! The entry points of linear memory: allocations, host memory, registration, frees.
+//!
+//! They check and translate the C arguments, call into [`crate::model::memory::linear`], and
+//! write its results out as the driver API does.
 
-use super::pool::{CUmemLocation, LOCATION_DEVICE};
-use super::registry::{self, Access, Allocation, Kind};
-use super::{map_lazy, pool, round_up, unmap};
-use crate::context;
-use crate::ffi::{code, write_out, CUdeviceptr, CUresult, CUstream, DriverResult};
-use crate::init;
-use crate::stream;
+use crate::ffi::{code, write_out, CUdeviceptr, CUstream};
+use crate::model::driver;
+use crate::model::memory::linear::*;
+use crate::model::memory::pool::CUmemLocation;
+use crate::model::memory::registry::{self, Kind};
+use crate::model::memory::round_up;
 use std::ffi::c_void;
-
-/// `cuMemAllocPitch` rounds rows to this many bytes.
-const PITCH_ALIGNMENT: u64 = 512;
-
-/// `cuMemHostAlloc` flags: PORTABLE, DEVICEMAP, WRITECOMBINED.
-const HOST_ALLOC_FLAGS: u32 = 0x7;
-/// `cuMemHostRegister` flags: PORTABLE, DEVICEMAP, IOMEMORY, READ_ONLY.
-const HOST_REGISTER_FLAGS: u32 = 0xf;
-/// `CU_MEM_ATTACH_GLOBAL`, `CU_MEM_ATTACH_HOST`.
-const ATTACH_FLAGS: [u32; 2] = [0x1, 0x2];
-
-const HOST_MEMORY_ALREADY_REGISTERED: CUresult = 712;
-const HOST_MEMORY_NOT_REGISTERED: CUresult = 713;
-
-/// Reserves `bytes` on `device`, maps them and registers the allocation.
-pub(super) fn allocate(
-    device: usize,
-    bytes: u64,
-    kind: Kind,
-    context: Owner,
-) -> Result<u64, CUresult> {
-    if bytes == 0 {
-        return Err(code::CUDA_ERROR_INVALID_VALUE);
-    }
-    let process = init::process()?;
-    let accounted = kind.counted();
-    if accounted {
-        process
-            .reserve_memory(device, bytes)
-            .map_err(|_| code::CUDA_ERROR_OUT_OF_MEMORY)?;
-    }
-    let base = map_lazy(bytes).inspect_err(|_| {
-        if accounted {
-            process.release_memory(device, bytes);
-        }
-    })?;
-    registry::write().insert(Allocation {
-        base,
-        size: bytes,
-        kind,
-        device,
-        id: registry::next_id(),
-        context: context.handle,
-        context_id: context.id,
-        access: Access::ReadWrite,
-        free_pending: false,
-    });
-    Ok(base)
-}
-
-/// Gives back the memory of an allocation that has left the registry.
-pub(super) fn release(a: &Allocation) {
-    if matches!(a.kind, Kind::Registered(_) | Kind::Mapped(_)) {
-        return;
-    }
-    // SAFETY: the allocation was mapped by `allocate` and has left the registry, so no
-    // entry point can reach it any more; stream work that used it ran before (the caller
-    // orders the release after it).
-    unsafe { unmap(a.base, a.size) };
-    if a.kind.counted() {
-        if let Ok(process) = init::process() {
-            process.release_memory(a.device, a.size);
-        }
-    }
-    if let Kind::Pool(p) = a.kind {
-        pool::on_free(p, a.size);
-    }
-}
-
-/// Frees the allocation at `base` if it is still the one with `id`.
-pub(super) fn finish_free(base: u64, id: u64) {
-    let gone = registry::write().remove_if_id(base, id);
-    if let Some(a) = gone {
-        release(&a);
-    }
-}
-
-/// Marks the allocation at `ptr` as being freed, if `accept` takes its kind.
-pub(super) fn begin_free(ptr: u64, accept: fn(Kind) -> bool) -> Result<Allocation, CUresult> {
-    let mut reg = registry::write();
-    match reg.get_mut(ptr) {
-        Some(a) if accept(a.kind) && !a.free_pending => {
-            a.free_pending = true;
-            Ok(a.clone())
-        }
-        _ => Err(code::CUDA_ERROR_INVALID_VALUE),
-    }
-}
-
-/// A synchronous free: after the work already queued on the legacy default stream (which
-/// waits for the blocking streams), so that queued copies and kernels never touch unmapped
-/// memory, as the driver's own free waits for them.
-fn free_synchronously(ptr: u64, accept: fn(Kind) -> bool) -> DriverResult {
-    init::process()?;
-    if ptr == 0 {
-        return Ok(());
-    }
-    let a = begin_free(ptr, accept)?;
-    let (base, id) = (a.base, a.id);
-    let finish = move || finish_free(base, id);
-    if stream::run_synchronously(false, finish).is_err() {
-        // No usable context (or stream) to order against: nothing of ours is queued.
-        finish();
-    }
-    Ok(())
-}
-
-/// The context an allocation belongs to: its handle (for pointer attributes) and id.
-#[derive(Clone, Copy, Default)]
-pub(super) struct Owner {
-    handle: usize,
-    id: u64,
-}
-
-impl Owner {
-    /// The calling thread's current context, if any.
-    pub(super) fn current() -> Owner {
-        context::current().map_or(Owner::default(), |c| Owner {
-            handle: c.handle() as usize,
-            id: c.id,
-        })
-    }
-}
-
-/// The current context's device, and the context as an owner.
-pub(super) fn current_device() -> Result<(usize, Owner), CUresult> {
-    init::process()?;
-    let ctx = context::current()?;
-    let owner = Owner {
-        handle: ctx.handle() as usize,
-        id: ctx.id,
-    };
-    Ok((ctx.device, owner))
-}
-
-fn alloc_on_current(out: *mut CUdeviceptr, bytes: u64, kind: Kind) -> DriverResult {
-    let (device, ctx) = current_device()?;
-    if out.is_null() {
-        return Err(code::CUDA_ERROR_INVALID_VALUE);
-    }
-    let base = allocate(device, bytes, kind, ctx)?;
-    // SAFETY: out is non-null and, by the contract, points to a CUdeviceptr.
-    unsafe { write_out(out, base) }
-}
-
-fn host_alloc(out: *mut *mut c_void, bytes: usize, flags: u32) -> DriverResult {
-    let (device, ctx) = current_device()?;
-    if out.is_null() || flags & !HOST_ALLOC_FLAGS != 0 {
-        return Err(code::CUDA_ERROR_INVALID_VALUE);
-    }
-    let base = allocate(device, bytes as u64, Kind::Host(flags), ctx)?;
-    // SAFETY: out is non-null and points to a pointer.
-    unsafe { write_out(out, base as *mut c_void) }
-}
-
-fn host_register(p: *mut c_void, bytes: usize, flags: u32) -> DriverResult {
-    let (device, ctx) = current_device()?;
-    if p.is_null() || bytes == 0 || flags & !HOST_REGISTER_FLAGS != 0 {
-        return Err(code::CUDA_ERROR_INVALID_VALUE);
-    }
-    let base = p as u64;
-    let mut reg = registry::write();
-    if reg.overlapping(base, bytes as u64).is_some() {
-        return Err(HOST_MEMORY_ALREADY_REGISTERED);
-    }
-    reg.insert(Allocation {
-        base,
-        size: bytes as u64,
-        kind: Kind::Registered(flags),
-        device,
-        id: registry::next_id(),
-        context: ctx.handle,
-        context_id: ctx.id,
-        access: Access::ReadWrite,
-        free_pending: false,
-    });
-    Ok(())
-}
 
 cuda_entry! {
     fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, bytesize: usize) {
@@ -219,7 +42,7 @@ cuda_entry! {
 
     fn cuMemAllocManaged(dptr: *mut CUdeviceptr, bytesize: usize, flags: u32) {
         if !ATTACH_FLAGS.contains(&flags) {
-            init::process()?;
+            driver::process()?;
             return Err(code::CUDA_ERROR_INVALID_VALUE);
         }
         alloc_on_current(dptr, bytesize as u64, Kind::Managed)
@@ -234,8 +57,8 @@ cuda_entry! {
         if free.is_null() || total.is_null() {
             return Err(code::CUDA_ERROR_INVALID_VALUE);
         }
-        let process = init::process()?;
-        let capacity = init::devices()?[device].memory;
+        let process = driver::process()?;
+        let capacity = driver::devices()?[device].memory;
         let used = process.node().memory_used(process.node_index(device));
         // SAFETY: both out-pointers are non-null and point to size_t.
         unsafe {
@@ -277,7 +100,7 @@ cuda_entry! {
     }
 
     fn cuMemHostGetDevicePointer_v2(pdptr: *mut CUdeviceptr, p: *mut c_void, flags: u32) {
-        init::process()?;
+        driver::process()?;
         if pdptr.is_null() || flags != 0 {
             return Err(code::CUDA_ERROR_INVALID_VALUE);
         }
@@ -293,7 +116,7 @@ cuda_entry! {
     }
 
     fn cuMemHostGetFlags(p_flags: *mut u32, p: *mut c_void) {
-        init::process()?;
+        driver::process()?;
         if p_flags.is_null() {
             return Err(code::CUDA_ERROR_INVALID_VALUE);
         }
@@ -315,7 +138,7 @@ cuda_entry! {
     }
 
     fn cuMemHostUnregister(p: *mut c_void) {
-        init::process()?;
+        driver::process()?;
         let mut reg = registry::write();
         match reg.get_mut(p as u64) {
             Some(a) if matches!(a.kind, Kind::Registered(_)) => {
@@ -327,7 +150,7 @@ cuda_entry! {
     }
 
     fn cuMemGetAddressRange_v2(pbase: *mut CUdeviceptr, psize: *mut usize, dptr: CUdeviceptr) {
-        init::process()?;
+        driver::process()?;
         let (base, size) = registry::read()
             .find(dptr)
             .map(|a| (a.base, a.size))
@@ -342,52 +165,6 @@ cuda_entry! {
             unsafe { write_out(psize, size as usize)? };
         }
         Ok(())
-    }
-}
-
-/// `CU_DEVICE_CPU`: the host, as a prefetch or advice target.
-const DEVICE_CPU: i32 = -1;
-
-/// Checks that `[dptr, dptr + count)` is managed memory and `device` the host or a device.
-fn check_managed(dptr: CUdeviceptr, count: usize, device: i32) -> DriverResult {
-    init::process()?;
-    if device != DEVICE_CPU {
-        init::check_device(device)?;
-    }
-    let managed = registry::read()
-        .find_range(dptr, count as u64)
-        .is_some_and(|a| a.kind == Kind::Managed);
-    managed.then_some(()).ok_or(code::CUDA_ERROR_INVALID_VALUE)
-}
-
-/// The device a `CUmemLocation` names for prefetches and advice (host kinds are the CPU).
-fn location_target(location: CUmemLocation) -> Result<i32, CUresult> {
-    match location.kind {
-        LOCATION_DEVICE => Ok(location.id),
-        2..=4 => Ok(DEVICE_CPU), // HOST, HOST_NUMA, HOST_NUMA_CURRENT
-        _ => Err(code::CUDA_ERROR_INVALID_VALUE),
-    }
-}
-
-fn prefetch(
-    dptr: CUdeviceptr,
-    count: usize,
-    device: i32,
-    stream: CUstream,
-    per_thread: bool,
-) -> DriverResult {
-    check_managed(dptr, count, device)?;
-    // Managed memory lives in one place for every device and the host: nothing to move.
-    stream::stream_device(stream, per_thread).map(|_| ())
-}
-
-fn advise(dptr: CUdeviceptr, count: usize, advice: i32, device: i32) -> DriverResult {
-    check_managed(dptr, count, device)?;
-    // CU_MEM_ADVISE_SET_READ_MOSTLY .. UNSET_ACCESSED_BY: hints with nothing to act on here.
-    if (1..=6).contains(&advice) {
-        Ok(())
-    } else {
-        Err(code::CUDA_ERROR_INVALID_VALUE)
     }
 }
 

@@ -1,8 +1,8 @@
 //! Pointer attributes: what the driver knows of an address.
 
-use super::registry::{self, Allocation, Kind};
 use crate::ffi::{code, CUdeviceptr, CUresult};
-use crate::init;
+use crate::model::driver;
+use crate::model::memory::registry::{self, Allocation, Kind};
 use std::ffi::{c_int, c_void};
 
 /// `CUmemorytype`.
@@ -99,7 +99,7 @@ fn unknown_attribute(attr: c_int) -> Result<Value, CUresult> {
 
 cuda_entry! {
     fn cuPointerGetAttribute(data: *mut c_void, attribute: c_int, ptr: CUdeviceptr) {
-        init::process()?;
+        driver::process()?;
         if data.is_null() {
             return Err(code::CUDA_ERROR_INVALID_VALUE);
         }
@@ -110,7 +110,7 @@ cuda_entry! {
     }
 
     fn cuPointerGetAttributes(count: u32, attributes: *const c_int, data: *mut *mut c_void, ptr: CUdeviceptr) {
-        init::process()?;
+        driver::process()?;
         if count > 0 && (attributes.is_null() || data.is_null()) {
             return Err(code::CUDA_ERROR_INVALID_VALUE);
         }
@@ -133,7 +133,7 @@ cuda_entry! {
     }
 
     fn cuPointerSetAttribute(_value: *const c_void, attribute: c_int, ptr: CUdeviceptr) {
-        init::process()?;
+        driver::process()?;
         if attribute != SYNC_MEMOPS {
             return Err(code::CUDA_ERROR_INVALID_VALUE);
         }

@@ -5,8 +5,8 @@
 //! condition, as the GPU's front end does.
 
 use crate::ffi::{code, CUdeviceptr, CUstream, DriverResult};
-use crate::graph::HostKind;
-use crate::stream;
+use crate::model::graph::HostKind;
+use crate::model::stream;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,7 +27,7 @@ fn word(addr: CUdeviceptr, bytes: u64) -> Result<usize, u32> {
     if !addr.is_multiple_of(bytes) {
         return Err(code::CUDA_ERROR_INVALID_VALUE);
     }
-    crate::memory::device_range(addr, bytes)
+    crate::model::memory::device_range(addr, bytes)
         .map(|p| p as usize)
         .ok_or(code::CUDA_ERROR_INVALID_VALUE)
 }
@@ -187,11 +187,11 @@ unsafe fn batch(
     ops: *const BatchMemOp,
     flags: u32,
 ) -> DriverResult {
-    crate::init::process()?;
+    crate::model::driver::process()?;
     if flags != 0 || count >= BATCH_LIMIT || (count > 0 && ops.is_null()) {
         return Err(code::CUDA_ERROR_INVALID_VALUE);
     }
-    crate::stream::resolve(stream, per_thread)?;
+    crate::model::stream::resolve(stream, per_thread)?;
     let ops = if count == 0 {
         &[][..]
     } else {

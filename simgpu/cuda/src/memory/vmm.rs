@@ -7,11 +7,13 @@
 //! only once touched. Its bytes are counted against its device from `cuMemCreate` until it
 //! is both released and unmapped everywhere.
 
-use super::aligned;
-use super::pool::{location_device, CUmemAccessDesc, CUmemLocation, ALLOCATION_PINNED};
-use super::registry::{self, Access, Allocation, Kind};
 use crate::ffi::{code, write_out, CUdeviceptr, CUresult};
-use crate::init;
+use crate::model::driver;
+use crate::model::memory::aligned;
+use crate::model::memory::pool::{
+    location_device, CUmemAccessDesc, CUmemLocation, ALLOCATION_PINNED,
+};
+use crate::model::memory::registry::{self, Access, Allocation, Kind};
 use simgpu::device::MAX_DEVICES;
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::c_void;
@@ -80,7 +82,7 @@ impl Vmm {
             .is_some_and(|p| p.refs == 0 && p.mappings == 0);
         if done {
             if let Some(p) = self.physical.remove(&handle) {
-                if let Ok(process) = init::process() {
+                if let Ok(process) = driver::process() {
                     process.release_memory(p.device, p.size);
                 }
             }
@@ -199,7 +201,7 @@ fn reserve_address_space(size: u64, alignment: u64, hint: u64) -> Result<u64, CU
 
 cuda_entry! {
     fn cuMemGetAllocationGranularity(granularity: *mut usize, prop: *const AllocationProp, option: u32) {
-        init::process()?;
+        driver::process()?;
         check_prop(prop)?;
         if option > 1 {
             return Err(code::CUDA_ERROR_INVALID_VALUE);
@@ -209,7 +211,7 @@ cuda_entry! {
     }
 
     fn cuMemCreate(handle: *mut Handle, size: usize, prop: *const AllocationProp, flags: u64) {
-        let process = init::process()?;
+        let process = driver::process()?;
         let (prop, device) = check_prop(prop)?;
         let size = size as u64;
         if handle.is_null() || flags != 0 || size == 0 || !aligned(size, GRANULARITY) {
@@ -240,7 +242,7 @@ cuda_entry! {
     }
 
     fn cuMemRelease(handle: Handle) {
-        init::process()?;
+        driver::process()?;
         with_vmm(|v| {
             v.live(handle)?.refs -= 1;
             v.collect(handle);
@@ -249,7 +251,7 @@ cuda_entry! {
     }
 
     fn cuMemRetainAllocationHandle(handle: *mut Handle, addr: *mut c_void) {
-        init::process()?;
+        driver::process()?;
         if handle.is_null() {
             return Err(code::CUDA_ERROR_INVALID_VALUE);
         }
@@ -267,7 +269,7 @@ cuda_entry! {
     /// Memory is never shared with another process here: an allocation made without the
     /// handle type is refused as the driver refuses it, one made with it is not supported.
     fn cuMemExportToShareableHandle(shareable: *mut c_void, handle: Handle, kind: u32, flags: u64) {
-        init::process()?;
+        driver::process()?;
         if shareable.is_null() || flags != 0 {
             return Err(code::CUDA_ERROR_INVALID_VALUE);
         }
@@ -280,7 +282,7 @@ cuda_entry! {
 
     /// See `cuMemExportToShareableHandle`: there is nothing to import.
     fn cuMemImportFromShareableHandle(handle: *mut Handle, _os_handle: *mut c_void, _kind: u32) {
-        init::process()?;
+        driver::process()?;
         if handle.is_null() {
             return Err(code::CUDA_ERROR_INVALID_VALUE);
         }
@@ -288,14 +290,14 @@ cuda_entry! {
     }
 
     fn cuMemGetAllocationPropertiesFromHandle(prop: *mut AllocationProp, handle: Handle) {
-        init::process()?;
+        driver::process()?;
         let p = with_vmm(|v| v.live(handle).map(|p| p.prop))?;
         // SAFETY: prop is null or points to a CUmemAllocationProp.
         unsafe { write_out(prop, p) }
     }
 
     fn cuMemAddressReserve(ptr: *mut CUdeviceptr, size: usize, alignment: usize, addr: CUdeviceptr, flags: u64) {
-        init::process()?;
+        driver::process()?;
         let (size, alignment) = (size as u64, alignment as u64);
         if ptr.is_null() || flags != 0 || size == 0 || !aligned(size, PAGE) {
             return Err(code::CUDA_ERROR_INVALID_VALUE);
@@ -312,7 +314,7 @@ cuda_entry! {
     }
 
     fn cuMemAddressFree(ptr: CUdeviceptr, size: usize) {
-        init::process()?;
+        driver::process()?;
         with_vmm(|v| {
             if v.reserved.get(&ptr) != Some(&(size as u64)) {
                 return Err(code::CUDA_ERROR_INVALID_VALUE);
@@ -329,7 +331,7 @@ cuda_entry! {
     }
 
     fn cuMemMap(ptr: CUdeviceptr, size: usize, offset: usize, handle: Handle, flags: u64) {
-        init::process()?;
+        driver::process()?;
         let (size, offset) = (size as u64, offset as u64);
         if flags != 0 || size == 0 || !aligned(ptr | size | offset, PAGE) {
             return Err(code::CUDA_ERROR_INVALID_VALUE);
@@ -379,7 +381,7 @@ cuda_entry! {
     }
 
     fn cuMemUnmap(ptr: CUdeviceptr, size: usize) {
-        init::process()?;
+        driver::process()?;
         with_vmm(|v| {
             let bases = v.tiling(ptr, size as u64).ok_or(code::CUDA_ERROR_INVALID_VALUE)?;
             for base in bases {
@@ -390,7 +392,7 @@ cuda_entry! {
     }
 
     fn cuMemSetAccess(ptr: CUdeviceptr, size: usize, desc: *const CUmemAccessDesc, count: usize) {
-        init::process()?;
+        driver::process()?;
         if desc.is_null() || count == 0 {
             return Err(code::CUDA_ERROR_INVALID_VALUE);
         }
@@ -428,7 +430,7 @@ cuda_entry! {
     }
 
     fn cuMemGetAccess(flags: *mut u64, location: *const CUmemLocation, ptr: CUdeviceptr) {
-        init::process()?;
+        driver::process()?;
         if location.is_null() {
             return Err(code::CUDA_ERROR_INVALID_VALUE);
         }

@@ -1,15 +1,15 @@
 //! The JIT linker (`cuLink*`): PTX, cubins, relocatable objects, fat binaries and archives
 //! of objects go in; a cubin for the target architecture comes out. Nothing is compiled
 //! here: the output declares the kernels of every input, with their parameter layouts, in
-//! the cubin format simgpu reads back ([`super::cubin::write`]), so that the module loaded
+//! the cubin format simgpu reads back ([`crate::model::module::cubin::write`]), so that the module loaded
 //! from it has the kernels the inputs define and runs them as it runs any kernel.
 
-use super::cubin::{self, Arch};
-use super::image::{self, Code};
-use super::ptx::{self, Entry};
-use crate::context;
-use crate::exec::registry::Registry;
 use crate::ffi::{code, write_out, CUresult, DriverResult};
+use crate::model::context;
+use crate::model::exec::registry::Registry;
+use crate::model::module::cubin::{self, Arch};
+use crate::model::module::image::{self, Code};
+use crate::model::module::ptx::{self, Entry};
 use std::ffi::{c_char, c_void, CStr};
 use std::sync::{Mutex, OnceLock};
 
@@ -246,7 +246,7 @@ fn create(n: u32, opts: *mut u32, values: *mut *mut c_void, out: *mut CUlinkStat
     // SAFETY: both arrays hold n entries, by the driver API's contract (checked non-null).
     let options = unsafe { options(n, opts, values) };
     clear_logs(&options);
-    let (major, minor) = super::device_cc(ctx.device);
+    let (major, minor) = crate::model::module::device_cc(ctx.device);
     let target = options.iter().find(|(o, _)| *o == option::TARGET).map_or(
         Arch {
             major,
@@ -299,7 +299,7 @@ fn add_file(
 ) -> DriverResult {
     // SAFETY: both arrays hold n entries (or are null), by the driver API's contract.
     clear_logs(&unsafe { options(n, opts, values) });
-    let bytes = super::read_file(path)?;
+    let bytes = crate::model::module::read_file(path)?;
     add(handle, kind, &bytes)
 }
 

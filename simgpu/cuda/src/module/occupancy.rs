@@ -5,9 +5,9 @@
 //! 9.0, thread block clusters (8 blocks at most, 16 where the kernel allows non-portable
 //! sizes).
 
-use super::{registered, Function};
-use crate::device::attribute_of;
 use crate::ffi::{code, write_out, CUfunction, DriverResult};
+use crate::model::device::attribute_of;
+use crate::model::module::{registered, Function};
 use std::ffi::c_int;
 
 /// `CUdevice_attribute` values used here.

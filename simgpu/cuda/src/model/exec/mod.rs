@@ -12,11 +12,11 @@
 
 pub(crate) mod registry;
 
-use crate::context::Context;
-use crate::event::Event;
 use crate::ffi::{code, CUresult, DriverResult};
-use crate::launch::KernelLaunch;
-use crate::stream::{Stream, StreamKind};
+use crate::model::context::Context;
+use crate::model::event::Event;
+use crate::model::launch::KernelLaunch;
+use crate::model::stream::{Stream, StreamKind};
 use simgpu::clock::now_ns;
 use simgpu::device::MAX_DEVICES;
 use simgpu::node::Process;
@@ -154,7 +154,7 @@ pub(crate) fn on_executor_thread() -> bool {
 }
 
 fn executor(device: usize) -> Result<&'static Executor, CUresult> {
-    let process = crate::init::process()?;
+    let process = crate::model::driver::process()?;
     let slot = EXECUTORS
         .get(device)
         .ok_or(code::CUDA_ERROR_INVALID_DEVICE)?;
@@ -751,7 +751,7 @@ fn forget_context(ctx: &Context) {
     state.queues.retain(|_, q| q.stream.ctx.id != ctx.id);
     state.ends.remove(&ctx.id);
 }
-crate::context::teardown_step!(Queues, forget_context);
+crate::model::context::teardown_step!(Queues, forget_context);
 
 /// A synchronous operation's place in a stream: the executor stops there and lets the host
 /// thread that queued it do its work, so that the work is ordered like an operation of the

@@ -286,7 +286,7 @@ impl<'a> Parser<'a> {
         }
     }
 
-    fn module(&mut self) -> Result<Ptx, PtxError> {
+    pub(crate) fn module(&mut self) -> Result<Ptx, PtxError> {
         let mut version = None;
         let mut target = None;
         let mut entries = Vec::new();
@@ -661,7 +661,7 @@ $L_spin_wait:
     /// The workload's kernels, whose signatures are a contract with the simulator.
     #[test]
     fn reads_the_workload_kernels_file() {
-        let m = parse(include_str!("../../../../bench/kernels/tessera.ptx")).unwrap();
+        let m = parse(include_str!("../../../../../bench/kernels/tessera.ptx")).unwrap();
         let spin = m.entries.iter().find(|e| e.name == "tessera_spin").unwrap();
         assert_eq!(offsets(spin), [(0, 8)]);
         let fill = m
