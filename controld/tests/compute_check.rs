@@ -93,11 +93,7 @@ fn a_container_rewriting_its_compute_words_keeps_its_share_and_is_named() {
     let tamper = unlimit_in_a_loop(node.region("rogue"), stop.clone());
     let mut trainers: Vec<Running> = ["rogue", "fair"]
         .iter()
-        .map(|name| {
-            let mut cmd = node.in_container(name, &tessera_tests::artifacts().gpuload);
-            cmd.args(TRAIN);
-            Running::spawn_captured(&mut cmd, &format!("gpuload train in {name}"))
-        })
+        .map(|name| train_in(&node, name))
         .collect();
     let pids: Vec<u32> = trainers.iter().map(Running::pid).collect();
     // Named within seconds: the words it rewrote that the daemon found and put back.
@@ -144,6 +140,25 @@ fn a_container_rewriting_its_compute_words_keeps_its_share_and_is_named() {
     );
 }
 
+/// A node whose GPU 0 holds the online containers `online` (name, policy) and an offline
+/// best-effort container `batch`, its daemon started.
+fn beside_an_offline_batch(name: &str, online: &[(&str, &str)]) -> Node {
+    let mut node = Node::new(name);
+    let config = node.write_config(&format!(
+        "{}[[container]]\nname = \"batch\"\ngpus = [0]\ncompute = \"best-effort\"\npriority = \"offline\"\n",
+        gpu0_containers(online)
+    ));
+    node.start(Some(&config));
+    node
+}
+
+/// `gpuload train` in container `name`.
+fn train_in(node: &Node, name: &str) -> Running {
+    let mut cmd = node.in_container(name, &tessera_tests::artifacts().gpuload);
+    cmd.args(TRAIN);
+    Running::spawn_captured(&mut cmd, &format!("gpuload train in {name}"))
+}
+
 /// Every millisecond until `stop`, clears GPU 0's block in the region at `path`, says the
 /// container is online and fills its bucket: what an offline container's processes can
 /// write.
@@ -169,21 +184,12 @@ fn unblock_in_a_loop(
 #[test]
 fn an_offline_container_that_clears_its_block_stays_blocked() {
     let _serial = tessera_tests::timing_lock();
-    let mut node = Node::new("compute-block");
-    let config = node.write_config(&format!(
-        "{}[[container]]\nname = \"batch\"\ngpus = [0]\ncompute = \"best-effort\"\npriority = \"offline\"\n",
-        gpu0_containers(&[("svc", "best-effort")])
-    ));
-    node.start(Some(&config));
+    let node = beside_an_offline_batch("compute-block", &[("svc", "best-effort")]);
     let stop = Arc::new(AtomicBool::new(false));
     let tamper = unblock_in_a_loop(node.region("batch"), stop.clone());
     let mut trainers: Vec<Running> = ["svc", "batch"]
         .iter()
-        .map(|name| {
-            let mut cmd = node.in_container(name, &tessera_tests::artifacts().gpuload);
-            cmd.args(TRAIN);
-            Running::spawn_captured(&mut cmd, &format!("gpuload train in {name}"))
-        })
+        .map(|name| train_in(&node, name))
         .collect();
     let pids: Vec<u32> = trainers.iter().map(Running::pid).collect();
     std::thread::sleep(Duration::from_secs(2));
@@ -232,23 +238,14 @@ fn claim_in_a_loop(
 #[test]
 fn an_online_container_claiming_work_it_does_not_do_stops_no_one() {
     let _serial = tessera_tests::timing_lock();
-    let mut node = Node::new("compute-claims");
-    let config = node.write_config(&format!(
-        "{}[[container]]\nname = \"batch\"\ngpus = [0]\ncompute = \"best-effort\"\npriority = \"offline\"\n",
-        gpu0_containers(&[("liar", "best-effort")])
-    ));
-    node.start(Some(&config));
+    let node = beside_an_offline_batch("compute-claims", &[("liar", "best-effort")]);
     let stop = Arc::new(AtomicBool::new(false));
     let liar = claim_in_a_loop(
         node.region("liar"),
         node.state_dir().join(tessera_region::BOARD_FILE),
         stop.clone(),
     );
-    let mut trainer = {
-        let mut cmd = node.in_container("batch", &tessera_tests::artifacts().gpuload);
-        cmd.args(TRAIN);
-        Running::spawn_captured(&mut cmd, "gpuload train in batch")
-    };
+    let mut trainer = train_in(&node, "batch");
     let pid = trainer.pid();
     // Found out within a second or two of claiming (a second of claims, a second of NVML).
     let started = Instant::now();
@@ -278,12 +275,10 @@ fn an_online_container_claiming_work_it_does_not_do_stops_no_one() {
 #[test]
 fn an_online_container_setting_its_neighbours_board_bits_stops_no_one() {
     let _serial = tessera_tests::timing_lock();
-    let mut node = Node::new("compute-framing");
-    let config = node.write_config(&format!(
-        "{}[[container]]\nname = \"batch\"\ngpus = [0]\ncompute = \"best-effort\"\npriority = \"offline\"\n",
-        gpu0_containers(&[("framer", "best-effort"), ("idle", "best-effort")])
-    ));
-    node.start(Some(&config));
+    let node = beside_an_offline_batch(
+        "compute-framing",
+        &[("framer", "best-effort"), ("idle", "best-effort")],
+    );
     // Every bit of the board but its own, every millisecond: its idle neighbour's, and
     // those nobody holds.
     let stop = Arc::new(AtomicBool::new(false));
@@ -302,11 +297,7 @@ fn an_online_container_setting_its_neighbours_board_bits_stops_no_one() {
             }
         })
     };
-    let mut trainer = {
-        let mut cmd = node.in_container("batch", &tessera_tests::artifacts().gpuload);
-        cmd.args(TRAIN);
-        Running::spawn_captured(&mut cmd, "gpuload train in batch")
-    };
+    let mut trainer = train_in(&node, "batch");
     let pid = trainer.pid();
     std::thread::sleep(Duration::from_secs(2));
     let shares = engine_shares(&node, &[pid], Duration::from_secs(3));
