@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use support::*;
-use tessera_region::layout::{RegionLayout, COMPUTE_UNLIMITED, TOTAL_SIZE};
+use tessera_region::layout::COMPUTE_UNLIMITED;
 use tessera_tests::Running;
 
 const TRAIN: [&str; 5] = ["train", "--kernel-ms", "1", "--seconds", "60"];
@@ -23,27 +23,7 @@ fn unlimit_in_a_loop(
     stop: Arc<AtomicBool>,
 ) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&path)
-            .unwrap();
-        // SAFETY: a fresh shared mapping of the whole region file, unmapped below; the
-        // daemon keeps the file at its size while the test runs.
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                TOTAL_SIZE,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                std::os::fd::AsRawFd::as_raw_fd(&file),
-                0,
-            )
-        };
-        assert_ne!(base, libc::MAP_FAILED);
-        // SAFETY: the mapping is the region's layout, whose fields are all atomics, and
-        // page-aligned; it lives until the munmap below.
-        let region = unsafe { &*(base as *const RegionLayout) };
+        let region = map_region_writable(&path);
         while !stop.load(Ordering::Relaxed) {
             region.compute[0]
                 .mode
@@ -51,8 +31,6 @@ fn unlimit_in_a_loop(
             region.header.compute_limited.store(0, Ordering::SeqCst);
             std::thread::sleep(Duration::from_millis(1));
         }
-        // SAFETY: the mapping made above, no longer used.
-        unsafe { libc::munmap(base, TOTAL_SIZE) };
     })
 }
 

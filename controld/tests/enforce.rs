@@ -145,29 +145,8 @@ fn zero_counts_in_a_loop(
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
 ) -> std::thread::JoinHandle<()> {
     use std::sync::atomic::Ordering;
-    use tessera_region::layout::{RegionLayout, TOTAL_SIZE};
     std::thread::spawn(move || {
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&path)
-            .unwrap();
-        // SAFETY: a fresh shared mapping of the whole region file, unmapped below; the
-        // daemon keeps the file at its size while the test runs.
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                TOTAL_SIZE,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                std::os::fd::AsRawFd::as_raw_fd(&file),
-                0,
-            )
-        };
-        assert_ne!(base, libc::MAP_FAILED);
-        // SAFETY: the mapping is the region's layout, whose fields are all atomics, and
-        // page-aligned; it lives until the munmap below.
-        let region = unsafe { &*(base as *const RegionLayout) };
+        let region = map_region_writable(&path);
         while !stop.load(Ordering::Relaxed) {
             region.devices[0].memory_used.store(0, Ordering::SeqCst);
             for slot in &region.processes {
@@ -175,8 +154,6 @@ fn zero_counts_in_a_loop(
             }
             std::thread::sleep(Duration::from_millis(1));
         }
-        // SAFETY: the mapping made above, no longer used.
-        unsafe { libc::munmap(base, TOTAL_SIZE) };
     })
 }
 

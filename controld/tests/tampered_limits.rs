@@ -12,7 +12,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use support::*;
-use tessera_region::layout::{RegionLayout, TOTAL_SIZE};
 use tessera_tests::{json_u64, tessera_client, ClientKind, Running};
 
 const CONFIG: &str = r#"
@@ -26,29 +25,6 @@ name = "neighbour"
 gpus = [0]
 memory = "2GiB"
 "#;
-
-/// The region file at `path` mapped writable, as a process of the container can.
-fn map_writable(path: &Path) -> &'static RegionLayout {
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(path)
-        .unwrap();
-    // SAFETY: maps the whole region file shared; the mapping is leaked for the test's life.
-    let ptr = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            TOTAL_SIZE,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            std::os::fd::AsRawFd::as_raw_fd(&file),
-            0,
-        )
-    };
-    assert_ne!(ptr, libc::MAP_FAILED);
-    // SAFETY: a live shared mapping of a region of this layout (page-aligned).
-    unsafe { &*ptr.cast::<RegionLayout>() }
-}
 
 /// A capfill in `greedy`: the "full" document (what it allocated and what it was told).
 fn capfill(node: &Node) -> serde_json::Value {
@@ -85,7 +61,7 @@ fn a_cap_raised_in_the_region_holds_at_the_declared_cap() {
 
     // A process of `greedy` raises its region's cap to 16 GiB, again and again (the daemon
     // puts it back at each pass), while another of its processes fills the cap.
-    let layout = map_writable(&node.region("greedy"));
+    let layout = map_region_writable(&node.region("greedy"));
     let stop = Arc::new(AtomicBool::new(false));
     let tamperer = {
         let stop = stop.clone();
@@ -130,7 +106,7 @@ fn a_usage_counter_lowered_by_the_container_is_put_back() {
         "hold in greedy",
     );
     holder.wait_for_line("ready", Duration::from_secs(60));
-    let layout = map_writable(&node.region("greedy"));
+    let layout = map_region_writable(&node.region("greedy"));
     let held = layout.devices[0].memory_used.load(Ordering::Relaxed);
     // Its allocation and its context.
     assert!(held > 256 * MIB, "{held}");

@@ -272,3 +272,30 @@ pub fn map_shim() -> &'static Path {
         lib
     })
 }
+
+/// The region file at `path` mapped writable, as a process of the container can map it; the
+/// mapping is left in place for the test's life.
+pub fn map_region_writable(path: &Path) -> &'static tessera_region::layout::RegionLayout {
+    use tessera_region::layout::{RegionLayout, TOTAL_SIZE};
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .unwrap();
+    // SAFETY: maps the whole region file shared; the mapping is never unmapped, and the
+    // daemon keeps the file at its size while the test runs.
+    let ptr = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            TOTAL_SIZE,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            std::os::fd::AsRawFd::as_raw_fd(&file),
+            0,
+        )
+    };
+    assert_ne!(ptr, libc::MAP_FAILED);
+    // SAFETY: a live shared mapping of a region of this layout, page-aligned, whose fields
+    // are all atomics.
+    unsafe { &*ptr.cast::<RegionLayout>() }
+}
