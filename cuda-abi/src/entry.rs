@@ -15,7 +15,7 @@
 //!
 //! The table in [`crate::proc_address`] is made from the same list.
 
-use crate::proc_address::ProcKey;
+use crate::proc_key::ProcKey;
 use core::marker::PhantomData;
 
 /// An entry point whose signature is not declared here: any implementation is accepted.
@@ -87,9 +87,9 @@ macro_rules! entry_points {
 
         /// Every revision of every entry point, for `cuGetProcAddress`: the list's entries in
         /// its order, then the aliases.
-        pub(crate) static PROC_ADDRESS: &[crate::proc_address::ProcEntry] = &[
-            $( crate::proc_address::ProcEntry { symbol: stringify!($name), key: $name::KEY }, )*
-            $( crate::proc_address::ProcEntry {
+        pub(crate) static PROC_ADDRESS: &[crate::proc_key::ProcEntry] = &[
+            $( crate::proc_key::ProcEntry { symbol: stringify!($name), key: $name::KEY }, )*
+            $( crate::proc_key::ProcEntry {
                 symbol: stringify!($aname),
                 key: ProcKey { base: stringify!($abase), since: $asince, per_thread: false },
             }, )*

@@ -17,6 +17,7 @@
 
 pub mod entry;
 pub mod proc_address;
+pub mod proc_key;
 pub mod result;
 pub mod types;
 
