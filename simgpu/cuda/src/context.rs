@@ -6,6 +6,7 @@
 use crate::ffi::{code, write_out, CUcontext, CUdevice};
 use crate::model::context::*;
 use crate::model::driver;
+use crate::model::exec;
 use std::sync::atomic::Ordering::Relaxed;
 
 cuda_entry! {
@@ -129,7 +130,8 @@ cuda_entry! {
     }
 
     fn cuCtxSynchronize() {
-        current()?.synchronize()
+        let ctx = current()?;
+        exec::synchronize(&ctx)
     }
 
     fn cuCtxGetDevice(dev: *mut CUdevice) {

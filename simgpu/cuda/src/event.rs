@@ -7,7 +7,7 @@ use crate::ffi::{code, write_out, CUevent, CUstream};
 use crate::model::context::{self};
 use crate::model::event::*;
 use crate::model::exec::{self};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::Arc;
 
 cuda_entry! {
     fn cuEventCreate(out: *mut CUevent, flags: u32) {
@@ -18,12 +18,7 @@ cuda_entry! {
         {
             return Err(code::CUDA_ERROR_INVALID_VALUE);
         }
-        let handle = EVENTS.insert(Arc::new(Event {
-            ctx,
-            flags,
-            state: Mutex::new(EventState::default()),
-            cv: Condvar::new(),
-        }));
+        let handle = EVENTS.insert(Arc::new(Event::new(ctx, flags)));
         // SAFETY: checked non-null; the caller provides a CUevent to write.
         unsafe { write_out(out, handle) }
     }
@@ -49,7 +44,7 @@ cuda_entry! {
         if event.capture().is_some() {
             return Err(code::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
         }
-        if event.complete_now() {
+        if event.records.complete_now() {
             Ok(())
         } else {
             Err(code::CUDA_ERROR_NOT_READY)
@@ -64,13 +59,7 @@ cuda_entry! {
         if exec::on_executor_thread() {
             return Err(code::CUDA_ERROR_NOT_PERMITTED);
         }
-        {
-            let mut s = event.state();
-            let n = s.recorded;
-            while s.done < n {
-                s = event.cv.wait(s).unwrap_or_else(|e| e.into_inner());
-            }
-        }
+        event.records.wait_all();
         event.ctx.check_sticky()
     }
 

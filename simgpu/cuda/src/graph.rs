@@ -4,8 +4,10 @@
 //! write its results out as the driver API does.
 
 use crate::ffi::{code, write_out, CUstream};
+use crate::model::capture::*;
 use crate::model::graph::*;
-use crate::model::launch::{KernelNodeParams, KernelNodeParamsV2};
+use crate::model::kernel::{KernelNodeParams, KernelNodeParamsV2};
+use crate::model::launch::{launch_graph, upload_graph};
 use std::ffi::c_void;
 
 cuda_entry! {
@@ -217,18 +219,18 @@ cuda_entry! {
     }
 
     fn cuGraphLaunch(exec: CUgraphExec, stream: CUstream) {
-        launch(exec, stream, false)
+        launch_graph(exec, stream, false)
     }
 
     fn cuGraphLaunch_ptsz(exec: CUgraphExec, stream: CUstream) {
-        launch(exec, stream, true)
+        launch_graph(exec, stream, true)
     }
 
     fn cuGraphUpload(exec: CUgraphExec, stream: CUstream) {
-        upload(exec, stream, false)
+        upload_graph(exec, stream, false)
     }
 
     fn cuGraphUpload_ptsz(exec: CUgraphExec, stream: CUstream) {
-        upload(exec, stream, true)
+        upload_graph(exec, stream, true)
     }
 }

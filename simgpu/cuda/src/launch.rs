@@ -4,6 +4,7 @@
 //! write its results out as the driver API does.
 
 use crate::ffi::{CUfunction, CUstream};
+use crate::model::kernel::Geometry;
 use crate::model::launch::*;
 use std::ffi::c_void;
 

@@ -5,6 +5,7 @@
 
 use crate::ffi::{write_out, CUcontext, CUdevice, CUstream};
 use crate::model::context::LEAST_PRIORITY;
+use crate::model::event::wait_event;
 use crate::model::stream::*;
 use std::ffi::c_void;
 

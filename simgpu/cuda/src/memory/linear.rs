@@ -6,7 +6,7 @@
 use crate::ffi::{code, write_out, CUdeviceptr, CUstream};
 use crate::model::driver;
 use crate::model::memory::linear::*;
-use crate::model::memory::pool::CUmemLocation;
+use crate::model::memory::location::CUmemLocation;
 use crate::model::memory::registry::{self, Kind};
 use crate::model::memory::round_up;
 use std::ffi::c_void;

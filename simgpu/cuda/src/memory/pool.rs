@@ -5,6 +5,7 @@
 
 use crate::ffi::{code, write_out, CUdeviceptr, CUstream};
 use crate::model::driver;
+use crate::model::memory::location::CUmemLocation;
 use crate::model::memory::pool::*;
 use std::ffi::{c_int, c_void};
 

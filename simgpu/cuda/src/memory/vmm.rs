@@ -10,9 +10,8 @@
 use crate::ffi::{code, write_out, CUdeviceptr, CUresult};
 use crate::model::driver;
 use crate::model::memory::aligned;
-use crate::model::memory::pool::{
-    location_device, CUmemAccessDesc, CUmemLocation, ALLOCATION_PINNED,
-};
+use crate::model::memory::location::CUmemLocation;
+use crate::model::memory::pool::{location_device, CUmemAccessDesc, ALLOCATION_PINNED};
 use crate::model::memory::registry::{self, Access, Allocation, Kind};
 use simgpu::device::MAX_DEVICES;
 use std::collections::{BTreeMap, HashMap};

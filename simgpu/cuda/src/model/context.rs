@@ -4,8 +4,7 @@
 
 use crate::ffi::{code, write_out, CUcontext, CUdevice, CUresult, DriverResult};
 use crate::model::driver;
-use crate::model::exec::{self, registry::Registry};
-use crate::model::stream::Stream;
+use crate::model::exec::registry::Registry;
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -56,8 +55,6 @@ pub(crate) struct Context {
     destroyed: AtomicBool,
     /// The first error of asynchronous work (like an illegal address); 0 while none.
     sticky: AtomicU32,
-    /// The context's legacy default stream, made on first use.
-    legacy: Mutex<Option<Arc<Stream>>>,
     /// Its channel group in the RM (0: none), the unit the engine time-slices.
     group: AtomicU32,
 }
@@ -67,6 +64,8 @@ pub(crate) struct Context {
 /// library is loaded; the context calls the steps and knows nothing else of the parts.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Teardown {
+    /// Its queued work, waited for before anything is given back (the executor's).
+    Drain,
     /// The runtime's values stored for the context, whose destructors the runtime expects
     /// while the context is still usable (they may call back into the driver).
     RuntimeState,
@@ -158,7 +157,6 @@ impl Context {
             shared_mem_config: AtomicU32::new(0),
             destroyed: AtomicBool::new(true),
             sticky: AtomicU32::new(0),
-            legacy: Mutex::new(None),
             group: AtomicU32::new(0),
         })
     }
@@ -220,22 +218,10 @@ impl Context {
         let _ = self.sticky.compare_exchange(0, error, Relaxed, Relaxed);
     }
 
-    /// The context's legacy default stream.
-    pub(crate) fn legacy_stream(self: &Arc<Self>) -> Arc<Stream> {
-        let mut legacy = self.legacy.lock().unwrap_or_else(|e| e.into_inner());
-        Arc::clone(legacy.get_or_insert_with(|| Stream::legacy(Arc::clone(self))))
-    }
-
-    /// Waits for all its work; reports the sticky error.
-    pub(crate) fn synchronize(&self) -> DriverResult {
-        exec::synchronize_context(self)?;
-        self.check_sticky()
-    }
-
     /// Finishes the context's work and gives back what it holds. A primary context keeps
     /// its handle, to be made active again by the next retain, as with the driver.
     fn deactivate(self: &Arc<Self>) {
-        let _ = exec::synchronize_context(self);
+        tear_down(Teardown::Drain, self);
         // While the context is still usable: the runtime frees its state for it.
         tear_down(Teardown::RuntimeState, self);
         if self.destroyed.swap(true, Relaxed) {
@@ -255,7 +241,6 @@ impl Context {
         ] {
             tear_down(step, self);
         }
-        self.legacy.lock().unwrap_or_else(|e| e.into_inner()).take();
         crate::model::rm::free_group(self.device, self.group.swap(0, Relaxed));
         if let Ok(process) = driver::process() {
             process.release_memory(self.device, process.node().config().context_memory);

@@ -3,11 +3,13 @@
 //! between them.
 
 use crate::ffi::{code, write_out, CUevent, CUresult, CUstream, DriverResult};
+use crate::model::capture;
 use crate::model::context::{self, Context};
 use crate::model::exec::{self, registry::Registry, Work};
-use crate::model::graph::{self, Capture};
+use crate::model::graph::Capture;
+use crate::model::records::{RecordState, Records};
 use crate::model::stream::{self, Stream};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 /// `CU_EVENT_BLOCKING_SYNC`: waits sleep (they always do here).
 pub(crate) const BLOCKING_SYNC: u32 = 0x1;
@@ -27,59 +29,36 @@ pub(crate) struct Event {
     /// The context it was created in.
     pub ctx: Arc<Context>,
     pub(crate) flags: u32,
-    pub(crate) state: Mutex<EventState>,
-    pub(crate) cv: Condvar,
-}
-
-#[derive(Default)]
-pub(crate) struct EventState {
-    /// How many times it was recorded (outside captures).
-    pub(crate) recorded: u64,
-    /// The latest record that has run.
-    pub(crate) done: u64,
-    /// When that record ran, in simulated time.
-    timestamp_ns: u64,
+    /// Its records, which the executor completes.
+    pub(crate) records: Arc<Records>,
     /// The capture it was last recorded in, if that was inside one.
-    capture: Option<Weak<Capture>>,
+    capture: Mutex<Option<Weak<Capture>>>,
 }
 
 pub(crate) static EVENTS: Registry<Event> = Registry::new();
 
 impl Event {
-    pub(crate) fn state(&self) -> MutexGuard<'_, EventState> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// On the executor: the `n`th record ran at `timestamp_ns`.
-    pub(crate) fn complete(&self, n: u64, timestamp_ns: u64) {
-        let mut s = self.state();
-        // A later record may have completed first, on another stream: it is the one the
-        // event now stands for.
-        if n > s.done {
-            s.done = n;
-            s.timestamp_ns = timestamp_ns;
+    /// A new event of `ctx`, never recorded.
+    pub(crate) fn new(ctx: Arc<Context>, flags: u32) -> Event {
+        Event {
+            ctx,
+            flags,
+            records: Arc::default(),
+            capture: Mutex::new(None),
         }
-        self.cv.notify_all();
     }
 
-    /// Whether the `n`th record has run.
-    pub(crate) fn reached(&self, n: u64) -> bool {
-        self.state().done >= n
+    pub(crate) fn state(&self) -> MutexGuard<'_, RecordState> {
+        self.records.state()
     }
 
-    /// The time of the latest completed record.
-    pub(crate) fn timestamp_ns(&self) -> u64 {
-        self.state().timestamp_ns
+    fn capture_slot(&self) -> MutexGuard<'_, Option<Weak<Capture>>> {
+        self.capture.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The capture the event was last recorded in, while it is still in progress.
     pub(crate) fn capture(&self) -> Option<Arc<Capture>> {
-        self.state().capture.as_ref().and_then(Weak::upgrade)
-    }
-
-    pub(crate) fn complete_now(&self) -> bool {
-        let s = self.state();
-        s.done >= s.recorded
+        self.capture_slot().as_ref().and_then(Weak::upgrade)
     }
 }
 
@@ -111,26 +90,38 @@ pub(crate) fn record(
         // Inside a capture a record is a point other streams may join the capture at; the
         // graph itself is kept in submission order.
         capture.check()?;
-        event.state().capture = Some(Arc::downgrade(&capture));
+        *event.capture_slot() = Some(Arc::downgrade(&capture));
         return Ok(());
     }
     let n = {
         let mut s = event.state();
         s.recorded += 1;
-        s.capture = None;
+        *event.capture_slot() = None;
         s.recorded
     };
-    exec::submit(&stream, Work::Record(Arc::clone(&event), n)).map(drop)
+    exec::submit(stream.lane(), Work::Record(Arc::clone(&event.records), n)).map(drop)
 }
 
-/// Makes `stream` wait for the latest record of `event` (`cuStreamWaitEvent`).
-pub(crate) fn wait_in_stream(stream: &Arc<Stream>, event: &Arc<Event>, flags: u32) -> DriverResult {
+/// `cuStreamWaitEvent`: the stream a handle names waits for the latest record of `event`.
+pub(crate) fn wait_event(
+    handle: CUstream,
+    event: CUevent,
+    flags: u32,
+    per_thread: bool,
+) -> DriverResult {
+    let stream = stream::resolve(handle, per_thread)?;
+    let event = lookup(event)?;
+    wait_in_stream(&stream, &event, flags)
+}
+
+/// Makes `stream` wait for the latest record of `event`.
+fn wait_in_stream(stream: &Arc<Stream>, event: &Arc<Event>, flags: u32) -> DriverResult {
     if flags & !WAIT_EXTERNAL != 0 {
         return Err(code::CUDA_ERROR_INVALID_VALUE);
     }
     if let Some(capture) = event.capture() {
         // Waiting for a captured record draws the stream into that capture.
-        return graph::join(stream, &capture);
+        return capture::join(stream, &capture);
     }
     if let Some(capture) = stream.capture() {
         if flags & WAIT_EXTERNAL != 0 {
@@ -146,7 +137,7 @@ pub(crate) fn wait_in_stream(stream: &Arc<Stream>, event: &Arc<Event>, flags: u3
         // Never recorded: nothing to wait for.
         return Ok(());
     }
-    exec::submit(stream, Work::Wait(Arc::clone(event), n)).map(drop)
+    exec::submit(stream.lane(), Work::Wait(Arc::clone(&event.records), n)).map(drop)
 }
 
 pub(crate) fn elapsed(ms: *mut f32, start: CUevent, end: CUevent) -> DriverResult {
@@ -175,7 +166,7 @@ pub(crate) fn elapsed(ms: *mut f32, start: CUevent, end: CUevent) -> DriverResul
 
 pub(crate) fn destroy(event: CUevent) -> DriverResult {
     crate::model::driver::process()?;
-    // Records in flight keep the event alive until they have run.
+    // Records in flight keep the event's records alive until they have run.
     EVENTS
         .remove(event)
         .map(drop)

@@ -1,4 +1,4 @@
-//! Stream capture and graphs. A capture records the kernels and host work submitted to its
+//! Graphs and captures. A capture records the kernels and host work submitted to its
 //! streams, in submission order; launching the instantiated graph replays them in that order
 //! on one stream. (Graph edges are not modelled: the replay is a valid linearization of any
 //! captured dependency graph.) Each node has a handle, through which a program lists a
@@ -7,22 +7,13 @@
 
 use crate::ffi::{code, write_out, CUstream, DriverResult};
 use crate::model::exec::{registry::Registry, HostWork, Work};
-use crate::model::launch::{KernelLaunch, KernelNodeParams};
-use crate::model::stream::{self, Stream, StreamKind};
-use std::cell::Cell;
+use crate::model::kernel::{KernelLaunch, KernelNodeParams};
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 pub use tessera_cuda_abi::CUgraph;
 pub use tessera_cuda_abi::CUgraphExec;
-
-/// `CUstreamCaptureStatus`.
-const CAPTURE_NONE: u32 = 0;
-const CAPTURE_ACTIVE: u32 = 1;
-const CAPTURE_INVALIDATED: u32 = 2;
-/// `CUstreamCaptureMode`: global, thread-local, relaxed.
-pub(crate) const CAPTURE_MODE_RELAXED: u32 = 2;
 
 /// What host work does, for the node type a graph reports for it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -140,6 +131,11 @@ impl GraphExec {
     fn nodes(&self) -> MutexGuard<'_, Vec<(usize, Node)>> {
         self.nodes.lock().unwrap_or_else(|e| e.into_inner())
     }
+
+    /// Its nodes as they stand now, in the order a launch replays them.
+    pub(crate) fn replay(&self) -> Vec<Node> {
+        self.nodes().iter().map(|(_, n)| n.clone()).collect()
+    }
 }
 
 pub(crate) static GRAPHS: Registry<Graph> = Registry::new();
@@ -147,8 +143,20 @@ pub(crate) static NODES: Registry<GraphNode> = Registry::new();
 pub(crate) static EXECS: Registry<GraphExec> = Registry::new();
 static NEXT_CAPTURE_ID: AtomicU64 = AtomicU64::new(1);
 
-thread_local! {
-    pub(crate) static THREAD_CAPTURE_MODE: Cell<u32> = const { Cell::new(0) };
+/// A stream's part in captures: the capture it belongs to, while one is in progress.
+#[derive(Default)]
+pub(crate) struct CaptureSlot(Mutex<Option<Arc<Capture>>>);
+
+impl CaptureSlot {
+    /// The capture in progress, if any.
+    pub(crate) fn get(&self) -> Option<Arc<Capture>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Starts or ends the stream's part in a capture.
+    pub(crate) fn set(&self, capture: Option<Arc<Capture>>) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = capture;
+    }
 }
 
 /// A capture in progress.
@@ -159,8 +167,8 @@ pub(crate) struct Capture {
     graph: Arc<Graph>,
     graph_handle: CUgraph,
     invalidated: AtomicBool,
-    /// Streams that joined through events, to be released at the end.
-    members: Mutex<Vec<Weak<Stream>>>,
+    /// The slots of the streams that joined through events, to be released at the end.
+    members: Mutex<Vec<Weak<CaptureSlot>>>,
 }
 
 // SAFETY: `graph_handle` is only an identifier (the graph's address), never dereferenced
@@ -170,6 +178,57 @@ unsafe impl Send for Capture {}
 unsafe impl Sync for Capture {}
 
 impl Capture {
+    /// A capture begun on the stream `origin`, into a new graph.
+    pub(crate) fn new(origin: u64) -> Arc<Capture> {
+        let graph = Graph::new();
+        let graph_handle = GRAPHS.insert(Arc::clone(&graph));
+        Arc::new(Capture {
+            id: NEXT_CAPTURE_ID.fetch_add(1, Relaxed),
+            origin,
+            graph,
+            graph_handle,
+            invalidated: AtomicBool::new(false),
+            members: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// Unique in the process (`cuStreamGetCaptureInfo`).
+    pub(crate) fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// The id of the stream that began it.
+    pub(crate) fn origin(&self) -> u64 {
+        self.origin
+    }
+
+    /// The handle of its graph.
+    pub(crate) fn graph_handle(&self) -> CUgraph {
+        self.graph_handle
+    }
+
+    /// Whether an unsupported operation spoiled it.
+    pub(crate) fn is_invalidated(&self) -> bool {
+        self.invalidated.load(Relaxed)
+    }
+
+    fn members(&self) -> MutexGuard<'_, Vec<Weak<CaptureSlot>>> {
+        self.members.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A stream that joined through an event: its slot is cleared at the end.
+    pub(crate) fn add_member(&self, slot: &Arc<CaptureSlot>) {
+        self.members().push(Arc::downgrade(slot));
+    }
+
+    /// The slots of the streams that joined and are still alive, taken at the end.
+    pub(crate) fn take_members(&self) -> Vec<Arc<CaptureSlot>> {
+        std::mem::take(&mut *self.members())
+            .iter()
+            .filter_map(Weak::upgrade)
+            .collect()
+    }
+
     /// Fails if an unsupported operation spoiled the capture.
     pub(crate) fn check(&self) -> DriverResult {
         if self.invalidated.load(Relaxed) {
@@ -192,140 +251,6 @@ impl Capture {
     }
 }
 
-/// Draws `stream` into `capture` (it waited for an event recorded inside the capture).
-pub(crate) fn join(stream: &Arc<Stream>, capture: &Arc<Capture>) -> DriverResult {
-    capture.check()?;
-    match stream.capture() {
-        Some(current) if Arc::ptr_eq(&current, capture) => Ok(()),
-        // Two captures may not merge.
-        Some(current) => {
-            current.invalidate();
-            capture.invalidate();
-            Err(code::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED)
-        }
-        None => {
-            stream.set_capture(Some(Arc::clone(capture)));
-            capture
-                .members
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(Arc::downgrade(stream));
-            Ok(())
-        }
-    }
-}
-
-pub(crate) fn begin(handle: CUstream, mode: u32, per_thread: bool) -> DriverResult {
-    let stream = stream::resolve(handle, per_thread)?;
-    if mode > CAPTURE_MODE_RELAXED {
-        return Err(code::CUDA_ERROR_INVALID_VALUE);
-    }
-    if stream.kind == StreamKind::Legacy {
-        return Err(code::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
-    }
-    if stream.capture().is_some() {
-        return Err(code::CUDA_ERROR_ILLEGAL_STATE);
-    }
-    let graph = Graph::new();
-    let graph_handle = GRAPHS.insert(Arc::clone(&graph));
-    stream.set_capture(Some(Arc::new(Capture {
-        id: NEXT_CAPTURE_ID.fetch_add(1, Relaxed),
-        origin: stream.id,
-        graph,
-        graph_handle,
-        invalidated: AtomicBool::new(false),
-        members: Mutex::new(Vec::new()),
-    })));
-    Ok(())
-}
-
-pub(crate) fn end(handle: CUstream, out: *mut CUgraph, per_thread: bool) -> DriverResult {
-    let stream = stream::resolve(handle, per_thread)?;
-    if out.is_null() {
-        return Err(code::CUDA_ERROR_INVALID_VALUE);
-    }
-    let capture = stream.capture().ok_or(code::CUDA_ERROR_ILLEGAL_STATE)?;
-    if capture.origin != stream.id {
-        capture.invalidate();
-        return Err(code::CUDA_ERROR_STREAM_CAPTURE_UNMATCHED);
-    }
-    stream.set_capture(None);
-    let members = std::mem::take(&mut *capture.members.lock().unwrap_or_else(|e| e.into_inner()));
-    for member in members.iter().filter_map(Weak::upgrade) {
-        member.set_capture(None);
-    }
-    let result = if capture.invalidated.load(Relaxed) {
-        retire(capture.graph_handle);
-        Err(code::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED)
-    } else {
-        Ok(capture.graph_handle)
-    };
-    // SAFETY: checked non-null; the caller provides a CUgraph to write.
-    unsafe { write_out(out, *result.as_ref().unwrap_or(&std::ptr::null_mut()))? };
-    result.map(drop)
-}
-
-fn capture_status(stream: &Stream) -> (u32, Option<Arc<Capture>>) {
-    match stream.capture() {
-        None => (CAPTURE_NONE, None),
-        Some(c) if c.invalidated.load(Relaxed) => (CAPTURE_INVALIDATED, Some(c)),
-        Some(c) => (CAPTURE_ACTIVE, Some(c)),
-    }
-}
-
-pub(crate) fn is_capturing(handle: CUstream, status: *mut u32, per_thread: bool) -> DriverResult {
-    let stream = stream::resolve(handle, per_thread)?;
-    // SAFETY: write_out checks null; the caller provides a CUstreamCaptureStatus to write.
-    unsafe { write_out(status, capture_status(&stream).0) }
-}
-
-/// `cuStreamGetCaptureInfo` in all its versions: the optional outputs are written when
-/// non-null; the graph has no dependency nodes to report (its order is its only edge set).
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn capture_info(
-    handle: CUstream,
-    per_thread: bool,
-    status: *mut u32,
-    id: *mut u64,
-    graph: *mut CUgraph,
-    deps: *mut *const c_void,
-    edges: *mut *const c_void,
-    num_deps: *mut usize,
-) -> DriverResult {
-    let stream = stream::resolve(handle, per_thread)?;
-    if status.is_null() {
-        return Err(code::CUDA_ERROR_INVALID_VALUE);
-    }
-    let (s, capture) = capture_status(&stream);
-    // SAFETY: checked non-null; the caller provides a CUstreamCaptureStatus to write.
-    unsafe { write_out(status, s)? };
-    let Some(capture) = capture else {
-        return Ok(());
-    };
-    // SAFETY (each write below): non-null, and the caller provides the pointed-to type.
-    if !id.is_null() {
-        // SAFETY: see above.
-        unsafe { write_out(id, capture.id)? };
-    }
-    if !graph.is_null() {
-        // SAFETY: see above.
-        unsafe { write_out(graph, capture.graph_handle)? };
-    }
-    if !deps.is_null() {
-        // SAFETY: see above.
-        unsafe { write_out(deps, std::ptr::null())? };
-    }
-    if !edges.is_null() {
-        // SAFETY: see above.
-        unsafe { write_out(edges, std::ptr::null())? };
-    }
-    if !num_deps.is_null() {
-        // SAFETY: see above.
-        unsafe { write_out(num_deps, 0)? };
-    }
-    Ok(())
-}
-
 pub(crate) fn instantiate(out: *mut CUgraphExec, graph: CUgraph) -> DriverResult {
     crate::model::driver::process()?;
     if out.is_null() {
@@ -342,24 +267,6 @@ pub(crate) fn instantiate(out: *mut CUgraphExec, graph: CUgraph) -> DriverResult
     }));
     // SAFETY: checked non-null; the caller provides a CUgraphExec to write.
     unsafe { write_out(out, handle) }
-}
-
-pub(crate) fn launch(exec: CUgraphExec, handle: CUstream, per_thread: bool) -> DriverResult {
-    crate::model::driver::process()?;
-    let exec = EXECS.get(exec).ok_or(code::CUDA_ERROR_INVALID_VALUE)?;
-    let stream = stream::resolve(handle, per_thread)?;
-    stream.ctx.check_sticky()?;
-    let nodes: Vec<Node> = exec.nodes().iter().map(|(_, n)| n.clone()).collect();
-    for node in nodes {
-        stream::submit_node(&stream, node)?;
-    }
-    Ok(())
-}
-
-pub(crate) fn upload(exec: CUgraphExec, handle: CUstream, per_thread: bool) -> DriverResult {
-    crate::model::driver::process()?;
-    EXECS.get(exec).ok_or(code::CUDA_ERROR_INVALID_VALUE)?;
-    stream::resolve(handle, per_thread).map(drop)
 }
 
 /// `CUDA_GRAPH_INSTANTIATE_PARAMS`.

@@ -4,14 +4,17 @@
 //! above translate the C arguments of the driver API into calls here, and the results into
 //! the driver's result codes.
 
+pub(crate) mod capture;
 pub(crate) mod context;
 pub(crate) mod device;
 pub(crate) mod driver;
 pub(crate) mod event;
 pub(crate) mod exec;
 pub(crate) mod graph;
+pub(crate) mod kernel;
 pub(crate) mod launch;
 pub(crate) mod memory;
 pub(crate) mod module;
+pub(crate) mod records;
 pub(crate) mod rm;
 pub(crate) mod stream;

@@ -7,35 +7,16 @@ use crate::ffi::{
 };
 use crate::model::context::{self, Context, GREATEST_PRIORITY, LEAST_PRIORITY};
 use crate::model::driver;
-use crate::model::exec::{self, registry::Registry, HostWork, Work};
-use crate::model::graph::{Capture, HostKind, Node};
+use crate::model::exec::{self, registry::Registry, HostWork, Lane, StreamKind, Work};
+use crate::model::graph::{Capture, CaptureSlot, HostKind, Node};
 use std::cell::RefCell;
+use std::collections::BTreeMap;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
 /// `CU_STREAM_NON_BLOCKING`: no implicit synchronization with the legacy default stream.
 const NON_BLOCKING: u32 = 0x1;
-
-/// How a stream synchronizes with the others of its context.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum StreamKind {
-    /// The context's legacy default stream: waits for, and is waited for by, blocking streams.
-    Legacy,
-    /// A thread's per-thread default stream: blocking, otherwise like a created stream.
-    PerThread,
-    /// A created stream without `CU_STREAM_NON_BLOCKING`.
-    Blocking,
-    /// A created stream with `CU_STREAM_NON_BLOCKING`.
-    NonBlocking,
-}
-
-impl StreamKind {
-    /// Whether it synchronizes implicitly with the legacy default stream.
-    pub(crate) fn syncs_with_legacy(self) -> bool {
-        matches!(self, StreamKind::Blocking | StreamKind::PerThread)
-    }
-}
 
 /// A stream.
 pub(crate) struct Stream {
@@ -47,10 +28,13 @@ pub(crate) struct Stream {
     pub kind: StreamKind,
     pub(crate) priority: i32,
     /// The capture it belongs to, while one is in progress.
-    capture: Mutex<Option<Arc<Capture>>>,
+    capture: Arc<CaptureSlot>,
 }
 
 static STREAMS: Registry<Stream> = Registry::new();
+/// The legacy default stream of each context that used one, by context id: made on first
+/// use, dropped with the context's created streams.
+static LEGACY: Mutex<BTreeMap<u64, Arc<Stream>>> = Mutex::new(BTreeMap::new());
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
 /// The calling thread's per-thread default streams, one per context it used; their queues
@@ -60,7 +44,7 @@ struct PerThreadStreams(Vec<Arc<Stream>>);
 impl Drop for PerThreadStreams {
     fn drop(&mut self) {
         for stream in self.0.drain(..) {
-            exec::release_stream(&stream);
+            exec::release_stream(stream.lane());
         }
     }
 }
@@ -76,13 +60,18 @@ impl Stream {
             ctx,
             kind,
             priority,
-            capture: Mutex::new(None),
+            capture: Arc::default(),
         })
     }
 
-    /// A context's legacy default stream (made once, by the context).
-    pub(crate) fn legacy(ctx: Arc<Context>) -> Arc<Stream> {
-        Stream::new(ctx, StreamKind::Legacy, LEAST_PRIORITY)
+    /// A context's legacy default stream, made on first use.
+    fn legacy(ctx: Arc<Context>) -> Arc<Stream> {
+        let mut legacy = LEGACY.lock().unwrap_or_else(|e| e.into_inner());
+        Arc::clone(
+            legacy
+                .entry(ctx.id)
+                .or_insert_with(|| Stream::new(ctx, StreamKind::Legacy, LEAST_PRIORITY)),
+        )
     }
 
     fn per_thread(ctx: Arc<Context>) -> Arc<Stream> {
@@ -98,6 +87,15 @@ impl Stream {
         })
     }
 
+    /// The stream as its executor knows it.
+    pub(crate) fn lane(&self) -> Lane<'_> {
+        Lane {
+            id: self.id,
+            ctx: &self.ctx,
+            kind: self.kind,
+        }
+    }
+
     /// `CUstream_flags` of the stream.
     pub(crate) fn flags(&self) -> u32 {
         if self.kind == StreamKind::NonBlocking {
@@ -109,15 +107,17 @@ impl Stream {
 
     /// The capture in progress on the stream.
     pub(crate) fn capture(&self) -> Option<Arc<Capture>> {
-        self.capture
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.capture.get()
     }
 
     /// Starts or ends the stream's part in a capture.
     pub(crate) fn set_capture(&self, capture: Option<Arc<Capture>>) {
-        *self.capture.lock().unwrap_or_else(|e| e.into_inner()) = capture;
+        self.capture.set(capture);
+    }
+
+    /// Where its capture is kept, for a capture it joins to clear at its end.
+    pub(crate) fn capture_slot(&self) -> &Arc<CaptureSlot> {
+        &self.capture
     }
 
     /// Fails (and spoils the capture) if the stream is capturing: for operations a graph
@@ -135,7 +135,7 @@ impl Stream {
     /// Waits for all the work submitted so far; reports the context's sticky error.
     pub(crate) fn synchronize(self: &Arc<Self>) -> DriverResult {
         self.refuse_capture()?;
-        let mark = exec::submit(self, Work::Marker)?;
+        let mark = exec::submit(self.lane(), Work::Marker)?;
         exec::wait_for(mark)?;
         self.ctx.check_sticky()
     }
@@ -148,7 +148,7 @@ pub(crate) fn resolve(handle: CUstream, per_thread: bool) -> Result<Arc<Stream>,
     driver::process()?;
     match handle as usize {
         0 if per_thread => Ok(Stream::per_thread(context::current()?)),
-        0 | CU_STREAM_LEGACY => Ok(context::current()?.legacy_stream()),
+        0 | CU_STREAM_LEGACY => Ok(Stream::legacy(context::current()?)),
         CU_STREAM_PER_THREAD => Ok(Stream::per_thread(context::current()?)),
         _ => STREAMS
             .get(handle)
@@ -162,7 +162,7 @@ pub(crate) fn resolve(handle: CUstream, per_thread: bool) -> Result<Arc<Stream>,
 pub(crate) fn submit_node(stream: &Arc<Stream>, node: Node) -> DriverResult {
     match stream.capture() {
         Some(capture) => capture.add(node),
-        None => exec::submit(stream, node.into_work()).map(drop),
+        None => exec::submit(stream.lane(), node.into_work()).map(drop),
     }
 }
 
@@ -184,7 +184,7 @@ pub(crate) fn enqueue_host_work(
 pub(crate) fn run_synchronously(per_thread: bool, work: impl FnOnce() + Send) -> DriverResult {
     let stream = resolve(std::ptr::null_mut(), per_thread)?;
     stream.refuse_capture()?;
-    exec::run_in_order(&stream, work)
+    exec::run_in_order(stream.lane(), work)
 }
 
 /// The device of a stream's context.
@@ -192,9 +192,13 @@ pub(crate) fn stream_device(stream: CUstream, per_thread: bool) -> Result<usize,
     Ok(resolve(stream, per_thread)?.ctx.device)
 }
 
-/// Retires the created streams of a destroyed context.
+/// Retires the created streams and the legacy default stream of a destroyed context.
 fn forget_context(ctx: &Context) {
     STREAMS.remove_where(|s| s.ctx.id == ctx.id);
+    LEGACY
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .remove(&ctx.id);
 }
 context::teardown_step!(Streams, forget_context);
 
@@ -226,7 +230,7 @@ pub(crate) fn destroy(handle: CUstream) -> DriverResult {
         stream.set_capture(None);
     }
     // Work already submitted still runs; the queue goes when it drains.
-    exec::release_stream(&stream);
+    exec::release_stream(stream.lane());
     Ok(())
 }
 
@@ -236,7 +240,7 @@ pub(crate) fn query(handle: CUstream, per_thread: bool) -> DriverResult {
     let idle = match stream.kind {
         // The legacy stream's work includes what it waits for in the blocking streams.
         StreamKind::Legacy => exec::context_idle(&stream.ctx)?,
-        _ => exec::stream_idle(&stream)?,
+        _ => exec::stream_idle(stream.lane())?,
     };
     stream.ctx.check_sticky()?;
     if idle {
@@ -292,7 +296,7 @@ pub(crate) fn add_callback(
     stream.refuse_capture()?;
     let (user, named) = (UserPtr(user), UserPtr(handle));
     exec::submit(
-        &stream,
+        stream.lane(),
         Work::Callback(Box::new(move |status| {
             let (user, named) = (user, named);
             // SAFETY: the application registered `f` to be called once with the stream it
@@ -301,17 +305,6 @@ pub(crate) fn add_callback(
         })),
     )
     .map(drop)
-}
-
-pub(crate) fn wait_event(
-    handle: CUstream,
-    event: crate::ffi::CUevent,
-    flags: u32,
-    per_thread: bool,
-) -> DriverResult {
-    let stream = resolve(handle, per_thread)?;
-    let event = crate::model::event::lookup(event)?;
-    crate::model::event::wait_in_stream(&stream, &event, flags)
 }
 
 pub(crate) fn write_ctx(handle: CUstream, out: *mut CUcontext, per_thread: bool) -> DriverResult {

@@ -14,9 +14,8 @@ pub(crate) mod registry;
 
 use crate::ffi::{code, CUresult, DriverResult};
 use crate::model::context::Context;
-use crate::model::event::Event;
-use crate::model::launch::KernelLaunch;
-use crate::model::stream::{Stream, StreamKind};
+use crate::model::kernel::KernelLaunch;
+use crate::model::records::Records;
 use simgpu::clock::now_ns;
 use simgpu::device::MAX_DEVICES;
 use simgpu::node::Process;
@@ -39,13 +38,42 @@ pub(crate) enum Work {
     /// A stream callback, told the context's error state.
     Callback(Box<dyn FnOnce(CUresult) + Send>),
     /// The `n`th record of an event.
-    Record(Arc<Event>, u64),
+    Record(Arc<Records>, u64),
     /// Waits until the `n`th record of an event has run.
-    Wait(Arc<Event>, u64),
+    Wait(Arc<Records>, u64),
     /// Stops the executor until a host thread, which does synchronous work, lets it go.
     Rendezvous(Ticket),
     /// Nothing: a point in the stream to wait for.
     Marker,
+}
+
+/// How a stream synchronizes with the others of its context.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StreamKind {
+    /// The context's legacy default stream: waits for, and is waited for by, blocking streams.
+    Legacy,
+    /// A thread's per-thread default stream: blocking, otherwise like a created stream.
+    PerThread,
+    /// A created stream without `CU_STREAM_NON_BLOCKING`.
+    Blocking,
+    /// A created stream with `CU_STREAM_NON_BLOCKING`.
+    NonBlocking,
+}
+
+impl StreamKind {
+    /// Whether it synchronizes implicitly with the legacy default stream.
+    pub(crate) fn syncs_with_legacy(self) -> bool {
+        matches!(self, StreamKind::Blocking | StreamKind::PerThread)
+    }
+}
+
+/// A stream as its executor knows it: the key of its queue, its context, and how it
+/// synchronizes with the other streams of the context.
+#[derive(Clone, Copy)]
+pub(crate) struct Lane<'a> {
+    pub(crate) id: u64,
+    pub(crate) ctx: &'a Arc<Context>,
+    pub(crate) kind: StreamKind,
 }
 
 struct Op {
@@ -55,7 +83,9 @@ struct Op {
 }
 
 struct Queue {
-    stream: Arc<Stream>,
+    /// The stream's context, kept alive while the queue has work.
+    ctx: Arc<Context>,
+    kind: StreamKind,
     ops: VecDeque<Op>,
     /// When the stream's last operation ended, in simulated time.
     last_end_ns: u64,
@@ -253,7 +283,7 @@ impl Executor {
                 }
                 continue;
             };
-            let ctx = Arc::clone(&state.queues[&id].stream.ctx);
+            let ctx = Arc::clone(&state.queues[&id].ctx);
             if let Work::Kernel(kernel) = &op.work {
                 if ctx.sticky_error().is_none() {
                     let first = Running {
@@ -388,7 +418,7 @@ impl Executor {
                 }) else {
                     break;
                 };
-                let ctx = Arc::clone(&state.queues[&id].stream.ctx);
+                let ctx = Arc::clone(&state.queues[&id].ctx);
                 if let Work::Kernel(kernel) = &op.work {
                     if ctx.sticky_error().is_none() {
                         if let Some(q) = state.queues.get_mut(&id) {
@@ -415,9 +445,7 @@ impl Executor {
                 self.notify_done(&state);
             }
             joinable = state.queues.iter().any(|(id, q)| {
-                q.stream.ctx.id == ctx_id
-                    && q.running.is_none()
-                    && batch.iter().all(|r| r.id != *id)
+                q.ctx.id == ctx_id && q.running.is_none() && batch.iter().all(|r| r.id != *id)
             });
             if batch.is_empty() {
                 return state;
@@ -544,18 +572,18 @@ impl State {
         }
         let (_, id) = best?;
         let q = self.queues.get_mut(&id)?;
-        if !accept(&q.ops.front()?.work, q.stream.ctx.id) {
+        if !accept(&q.ops.front()?.work, q.ctx.id) {
             return None;
         }
         let op = q.ops.pop_front()?;
-        let ends = self.ends.get(&q.stream.ctx.id).copied().unwrap_or_default();
+        let ends = self.ends.get(&q.ctx.id).copied().unwrap_or_default();
         let stamp = if q.after_kernel && op.submit_ns <= q.last_end_ns {
             Stamp::KernelEnd
         } else {
             Stamp::WhenScheduled
         };
         let mut ready = op.submit_ns.max(q.last_end_ns);
-        match q.stream.kind {
+        match q.kind {
             StreamKind::Legacy => ready = ready.max(ends.blocking),
             StreamKind::Blocking | StreamKind::PerThread => ready = ready.max(ends.legacy),
             StreamKind::NonBlocking => {}
@@ -576,16 +604,16 @@ impl State {
                 return false;
             }
         }
-        let ctx = q.stream.ctx.id;
+        let ctx = q.ctx.id;
         let earlier = |other: &Queue, pred: fn(StreamKind) -> bool| {
-            other.stream.ctx.id == ctx
-                && pred(other.stream.kind)
+            other.ctx.id == ctx
+                && pred(other.kind)
                 && other
                     .running
                     .or(other.ops.front().map(|h| h.seq))
                     .is_some_and(|seq| seq < head.seq)
         };
-        match q.stream.kind {
+        match q.kind {
             StreamKind::Legacy => !self
                 .queues
                 .values()
@@ -606,8 +634,8 @@ impl State {
         q.last_end_ns = q.last_end_ns.max(end);
         q.after_kernel = kernel;
         q.completed += 1;
-        let ends = self.ends.entry(q.stream.ctx.id).or_default();
-        match q.stream.kind {
+        let ends = self.ends.entry(q.ctx.id).or_default();
+        match q.kind {
             StreamKind::Legacy => ends.legacy = ends.legacy.max(end),
             StreamKind::Blocking | StreamKind::PerThread => ends.blocking = ends.blocking.max(end),
             StreamKind::NonBlocking => {}
@@ -627,12 +655,13 @@ pub(crate) struct Mark {
 }
 
 /// Appends work to a stream; it runs after everything submitted to the stream before.
-pub(crate) fn submit(stream: &Arc<Stream>, work: Work) -> Result<Mark, CUresult> {
+pub(crate) fn submit(stream: Lane<'_>, work: Work) -> Result<Mark, CUresult> {
     let device = stream.ctx.device;
     let exec = executor(device)?;
     let mut state = exec.lock();
     let q = state.queues.entry(stream.id).or_insert_with(|| Queue {
-        stream: Arc::clone(stream),
+        ctx: Arc::clone(stream.ctx),
+        kind: stream.kind,
         ops: VecDeque::new(),
         last_end_ns: 0,
         after_kernel: false,
@@ -687,7 +716,7 @@ pub(crate) fn wait_for(mark: Mark) -> DriverResult {
 }
 
 /// Whether every operation submitted to the stream has run.
-pub(crate) fn stream_idle(stream: &Stream) -> Result<bool, CUresult> {
+pub(crate) fn stream_idle(stream: Lane<'_>) -> Result<bool, CUresult> {
     let exec = executor(stream.ctx.device)?;
     let state = exec.lock();
     Ok(state
@@ -703,7 +732,7 @@ pub(crate) fn context_idle(ctx: &Context) -> Result<bool, CUresult> {
     Ok(state
         .queues
         .values()
-        .filter(|q| q.stream.ctx.id == ctx.id)
+        .filter(|q| q.ctx.id == ctx.id)
         .all(|q| q.completed == q.submitted))
 }
 
@@ -717,7 +746,7 @@ pub(crate) fn synchronize_context(ctx: &Context) -> DriverResult {
     let marks: Vec<(u64, u64)> = state
         .queues
         .iter()
-        .filter(|(_, q)| q.stream.ctx.id == ctx.id)
+        .filter(|(_, q)| q.ctx.id == ctx.id)
         .map(|(id, q)| (*id, q.submitted))
         .collect();
     for (id, count) in marks {
@@ -728,8 +757,21 @@ pub(crate) fn synchronize_context(ctx: &Context) -> DriverResult {
     Ok(())
 }
 
+/// Waits for all the work of a context; reports its sticky error.
+pub(crate) fn synchronize(ctx: &Context) -> DriverResult {
+    synchronize_context(ctx)?;
+    ctx.check_sticky()
+}
+
+/// A context being deactivated first lets its queued work run to the end (an executor's
+/// own thread cannot wait for it, and goes on).
+fn drain(ctx: &Context) {
+    let _ = synchronize_context(ctx);
+}
+crate::model::context::teardown_step!(Drain, drain);
+
 /// The stream's handle is gone: its queue goes once drained.
-pub(crate) fn release_stream(stream: &Stream) {
+pub(crate) fn release_stream(stream: Lane<'_>) {
     let Ok(exec) = executor(stream.ctx.device) else {
         return;
     };
@@ -748,7 +790,7 @@ fn forget_context(ctx: &Context) {
         return;
     };
     let mut state = exec.lock();
-    state.queues.retain(|_, q| q.stream.ctx.id != ctx.id);
+    state.queues.retain(|_, q| q.ctx.id != ctx.id);
     state.ends.remove(&ctx.id);
 }
 crate::model::context::teardown_step!(Queues, forget_context);
@@ -816,7 +858,7 @@ impl Drop for Release<'_> {
 
 /// Runs `work` on the calling thread at its place in `stream`: after the work submitted
 /// before it, and before the work submitted after it.
-pub(crate) fn run_in_order(stream: &Arc<Stream>, work: impl FnOnce()) -> DriverResult {
+pub(crate) fn run_in_order(stream: Lane<'_>, work: impl FnOnce()) -> DriverResult {
     if on_executor_thread() {
         return Err(code::CUDA_ERROR_NOT_PERMITTED);
     }

@@ -1,9 +1,9 @@
 //! Linear allocations: device, pitched, managed and page-locked host memory, host
 //! registration, frees and `cuMemGetInfo`.
 
-use super::pool::{CUmemLocation, LOCATION_DEVICE};
+use super::location::{CUmemLocation, LOCATION_DEVICE};
 use super::registry::{self, Access, Allocation, Kind};
-use super::{map_lazy, pool, unmap};
+use super::{map_lazy, release};
 use crate::ffi::{code, write_out, CUdeviceptr, CUresult, CUstream, DriverResult};
 use crate::model::context;
 use crate::model::driver;
@@ -57,25 +57,6 @@ pub(crate) fn allocate(
         free_pending: false,
     });
     Ok(base)
-}
-
-/// Gives back the memory of an allocation that has left the registry.
-pub(crate) fn release(a: &Allocation) {
-    if matches!(a.kind, Kind::Registered(_) | Kind::Mapped(_)) {
-        return;
-    }
-    // SAFETY: the allocation was mapped by `allocate` and has left the registry, so no
-    // entry point can reach it any more; stream work that used it ran before (the caller
-    // orders the release after it).
-    unsafe { unmap(a.base, a.size) };
-    if a.kind.counted() {
-        if let Ok(process) = driver::process() {
-            process.release_memory(a.device, a.size);
-        }
-    }
-    if let Kind::Pool(p) = a.kind {
-        pool::on_free(p, a.size);
-    }
 }
 
 /// Frees the allocation at `base` if it is still the one with `id`.

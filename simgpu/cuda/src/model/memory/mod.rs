@@ -11,12 +11,14 @@
 //! allocation with `CUDA_ERROR_OUT_OF_MEMORY` and nothing is held.
 
 pub(crate) mod linear;
+pub(crate) mod location;
 pub(crate) mod pool;
 pub(crate) mod registry;
 
 use crate::ffi::{code, CUdeviceptr, CUresult};
 use crate::model::context::Context;
-use registry::{Access, Kind};
+use crate::model::driver;
+use registry::{Access, Allocation, Kind};
 
 /// Some if `[ptr, ptr + len)` lies inside one live device, managed, page-locked host or
 /// mapped (read-write) allocation: the memory a kernel may touch.
@@ -35,10 +37,30 @@ fn forget_context(ctx: &Context) {
     let gone = registry::write()
         .remove_where(|a| a.context_id == ctx.id && !matches!(a.kind, Kind::Mapped(_)));
     for a in &gone {
-        linear::release(a);
+        release(a);
     }
 }
 crate::model::context::teardown_step!(Memory, forget_context);
+
+/// Gives back the memory of an allocation that has left the registry, whatever its kind
+/// (a pool's allocation also leaves its pool's count).
+pub(crate) fn release(a: &Allocation) {
+    if matches!(a.kind, Kind::Registered(_) | Kind::Mapped(_)) {
+        return;
+    }
+    // SAFETY: the allocation was mapped by `linear::allocate` and has left the registry, so no
+    // entry point can reach it any more; stream work that used it ran before (the caller
+    // orders the release after it).
+    unsafe { unmap(a.base, a.size) };
+    if a.kind.counted() {
+        if let Ok(process) = driver::process() {
+            process.release_memory(a.device, a.size);
+        }
+    }
+    if let Kind::Pool(p) = a.kind {
+        pool::on_free(p, a.size);
+    }
+}
 
 /// Device memory for a loaded module's variables, zero-filled, owned by the current context
 /// when `in_context` (a library's module belongs to none); see [`Kind::counted`].
@@ -59,7 +81,7 @@ pub(crate) fn allocate_module_variables(
 pub(crate) fn free_module_variables(base: u64) {
     let gone = registry::write().remove(base);
     if let Some(a) = gone {
-        linear::release(&a);
+        release(&a);
     }
 }
 

@@ -6,6 +6,7 @@
 //! first use, and a current pool that `cuMemAllocAsync` uses.
 
 use super::linear::{self, Owner};
+use super::location::{CUmemLocation, LOCATION_DEVICE};
 use super::registry::{self, Kind};
 use crate::ffi::{code, write_out, CUdeviceptr, CUresult, CUstream, DriverResult};
 use crate::model::driver;
@@ -20,11 +21,8 @@ pub(crate) use tessera_cuda_abi::CUmemoryPool;
 
 /// `CUmemAllocationType::PINNED`.
 pub(crate) const ALLOCATION_PINNED: u32 = 1;
-pub(crate) use tessera_cuda_abi::CU_MEM_LOCATION_TYPE_DEVICE as LOCATION_DEVICE;
 /// `CUmemAccess_flags::PROT_READWRITE`.
 pub(crate) const ACCESS_READWRITE: c_int = 3;
-
-pub(crate) use tessera_cuda_abi::CUmemLocation;
 
 /// The leading fields of `CUmemPoolProps` (the rest is reserved or Windows-only).
 #[repr(C)]
