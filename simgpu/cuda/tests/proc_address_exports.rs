@@ -12,15 +12,24 @@ use std::path::PathBuf;
 use tessera_cuda_abi::proc_address::{self, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM};
 use tessera_cuda_abi::{QueryResult, CUDA_SUCCESS};
 
-/// The cdylib cargo built for this package: target/<profile>/libsimgpu_cuda.so, the test
-/// executable's grandparent directory.
+/// The cdylib of this package, target/<profile>/libsimgpu_cuda.so, built as `cargo build`
+/// builds it (`cargo test` builds no cdylib for a package's own tests).
 fn library() -> PathBuf {
-    let exe = std::env::current_exe().expect("the test has a path");
-    let dir = exe
-        .parent()
-        .and_then(|d| d.parent())
-        .expect("tests live in target/<profile>/deps");
-    dir.join("libsimgpu_cuda.so")
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let (dir, profile) = tessera_tests::profile_dir();
+            let mut build = std::process::Command::new(tessera_tests::cargo());
+            build.current_dir(tessera_tests::workspace_root()).args([
+                "build",
+                "-q",
+                "-p",
+                "simgpu-cuda",
+            ]);
+            tessera_tests::cargo_build(&mut build, &profile, "simgpu's libcuda");
+            dir.join("libsimgpu_cuda.so")
+        })
+        .clone()
 }
 
 fn u16_at(b: &[u8], at: usize) -> usize {
