@@ -246,8 +246,9 @@ fn an_online_container_claiming_work_it_does_not_do_stops_no_one() {
         shares[0] * 100.0
     );
     assert!(named, "the container claiming work was not named");
-    // Where its claims and bit were obeyed, the offline work hardly ran.
-    assert!(shares[0] >= 0.80, "batch got {:.1} %", shares[0] * 100.0);
+    // Where its claims and bit were obeyed, the offline work hardly ran (0.0 %); alone it
+    // gets 85-90 % of the engine, less on a loaded host.
+    assert!(shares[0] >= 0.60, "batch got {:.1} %", shares[0] * 100.0);
 }
 
 #[test]
@@ -287,6 +288,6 @@ fn an_online_container_setting_its_neighbours_board_bits_stops_no_one() {
         shares[0] * 100.0
     );
     // Where the bits were obeyed, the offline work ran only in the gaps between the
-    // daemon's drops.
-    assert!(shares[0] >= 0.80, "batch got {:.1} %", shares[0] * 100.0);
+    // daemon's drops (5.8 %); alone it gets 85-90 %, less on a loaded host.
+    assert!(shares[0] >= 0.60, "batch got {:.1} %", shares[0] * 100.0);
 }
