@@ -17,8 +17,10 @@
 #    ground truth from the workloads' own progress, memory from NVML), which need no simgpu;
 # 5. the GPU's own time slices as a lever: an online process beside an offline one whose
 #    channel groups run the driver's slices, then 100 µs (libtessera.so with
-#    TESSERA_TIMESLICE, as root and, where one can be taken, as an unprivileged user), with
-#    gpuload on both sides and with PyTorch on both sides where python3 has it.
+#    TESSERA_TIMESLICE, as root and, where one can be taken, as an unprivileged user), then
+#    100 µs with the online process's groups at 16 ms (what controld asks of an online
+#    container with no online neighbour), with gpuload on both sides and with PyTorch on
+#    both sides where python3 has it.
 #
 # It writes OUTDIR/report.md (every failing check named), OUTDIR/results.json and the raw
 # output of every step, and is sized to finish within 8 minutes, build included: each
@@ -256,13 +258,16 @@ run slice 120 "$gpuload" slice "${slice_args[@]}"
 # flight, beside an online one sending requests of ten 0.5 ms kernels 20 times a second;
 # the online process alone, beside the offline one bare, and beside it under libtessera.so
 # with its channel groups at 100 µs (its log says what the driver answered, and what each
-# control took). As an unprivileged user where this runs as root and setpriv is at hand:
-# the programs are copied where that user may run them.
+# control took), and so again with the online process's groups at 16 ms, which no offline
+# slice should cut a request of. As an unprivileged user where this runs as root and
+# setpriv is at hand: the programs are copied where that user may run them.
 if [[ $quick == 1 ]]; then lever_s=3; else lever_s=6; fi
 lever_online=(infer --rate 20 --kernels 10 --kernel-ms 0.5 --seconds "$lever_s")
 lever_offline=(train --kernel-ms 2 --window 8 --seconds $((lever_s + 3)))
 rm -f "$out"/lever-*.json "$out"/lever-*.err
-# lever NAME PREFIX...: the offline side run under PREFIX, the online side bare beside it.
+# lever NAME PREFIX...: the offline side run under PREFIX, the online side beside it under
+# lever_online_prefix (bare while that is empty).
+lever_online_prefix=()
 lever() {
     local name=$1
     shift
@@ -271,14 +276,16 @@ lever() {
         2>"$out/lever-$name-offline.err" &
     local offline=$!
     sleep 1.5
-    timeout --kill-after=10 60 "$gpuload" "${lever_online[@]}" >"$out/lever-$name-online.json" \
-        2>"$out/lever-$name-online.err" || broken=1
+    timeout --kill-after=10 60 "${lever_online_prefix[@]}" "$gpuload" "${lever_online[@]}" \
+        >"$out/lever-$name-online.json" 2>"$out/lever-$name-online.err" || broken=1
     wait "$offline" || broken=1
 }
 lever_env=(env LD_PRELOAD="$bins/libtessera.so" TESSERA_TIMESLICE=100us TESSERA_LOG=debug)
 run lever-alone-online 60 "$gpuload" "${lever_online[@]}"
 lever bare
 lever root "${lever_env[@]}"
+lever_online_prefix=(env LD_PRELOAD="$bins/libtessera.so" TESSERA_TIMESLICE=16ms TESSERA_LOG=debug)
+lever both "${lever_env[@]}"
 if [[ -z $driver_dir && $(id -u) == 0 ]] && command -v setpriv >/dev/null 2>&1; then
     shared=$(mktemp -d /tmp/tessera-lever.XXXXXX)
     cp "$gpuload" "$bins/libtessera.so" "$shared/"
@@ -300,13 +307,17 @@ if [[ -z $driver_dir ]] && python3 -c 'import torch, sys; sys.exit(0 if torch.cu
             2>"$out/lever-torch-$name-offline.err" &
         local offline=$!
         sleep 5
-        timeout --kill-after=10 90 python3 "$torch_pair" serve "$lever_s" \
-            >"$out/lever-torch-$name-online.json" 2>"$out/lever-torch-$name-online.err" || broken=1
+        timeout --kill-after=10 90 "${lever_online_prefix[@]}" python3 "$torch_pair" serve \
+            "$lever_s" >"$out/lever-torch-$name-online.json" \
+            2>"$out/lever-torch-$name-online.err" || broken=1
         wait "$offline" || broken=1
     }
     run lever-torch-alone-online 90 python3 "$torch_pair" serve "$lever_s"
+    lever_online_prefix=()
     torch_lever bare env
     torch_lever root "${lever_env[@]}"
+    lever_online_prefix=(env LD_PRELOAD="$bins/libtessera.so" TESSERA_TIMESLICE=16ms)
+    torch_lever both "${lever_env[@]}"
 else
     say "lever with PyTorch: skipped (no PyTorch that sees the GPU, or a driver folder)"
 fi
@@ -514,16 +525,17 @@ def lever_side(name):
     library's lines about the slice."""
     online, offline = load(name + "-online"), load(name + "-offline")
     said = [l for l in log_lines(name + "-offline.err") if "time slice" in l]
-    return {"online": online, "offline": offline, "said": said}
+    online_said = [l for l in log_lines(name + "-online.err") if "time slice" in l]
+    return {"online": online, "offline": offline, "said": said, "online_said": online_said}
 
 
 LEVER_BUSY = 20 * 10 * 0.5 / 1000  # the online side's share of the GPU: 20/s x 10 x 0.5 ms
 lever = {"alone": load("lever-alone-online")}
-for who in ("bare", "root", "user"):
+for who in ("bare", "root", "user", "both"):
     if os.path.exists(os.path.join(out, "lever-%s-online.json" % who)):
         lever[who] = lever_side("lever-" + who)
 torch_lever = {"alone": load("lever-torch-alone-online")}
-for who in ("bare", "root"):
+for who in ("bare", "root", "both"):
     if os.path.exists(os.path.join(out, "lever-torch-%s-online.json" % who)):
         torch_lever[who] = lever_side("lever-torch-" + who)
 
@@ -543,7 +555,7 @@ def idle_use(side):
         return None
 
 
-for who in ("root", "user"):
+for who in ("root", "user", "both"):
     side = lever.get(who)
     if not side:
         continue
@@ -555,11 +567,13 @@ for who in ("root", "user"):
     if use is None or use < 0.80:
         failing.append("lever (%s): offline use of the idle time %s, target ≥ 80 %%" % (
             who, "?" if use is None else "%.0f %%" % (use * 100)))
-if torch_lever.get("root"):
-    p99 = ratio(torch_lever["root"], torch_lever["alone"], "p99_ms")
+for who in ("root", "both"):
+    if not torch_lever.get(who):
+        continue
+    p99 = ratio(torch_lever[who], torch_lever["alone"], "p99_ms")
     if p99 is None or p99 > 1.10:
-        failing.append("lever (root): PyTorch service p99 beside PyTorch training at 100 µs: "
-                       "%s × alone, target ≤ 1.10 ×" % ("?" if p99 is None else "%.2f" % p99))
+        failing.append("lever (%s): PyTorch service p99 beside PyTorch training at 100 µs: "
+                       "%s × alone, target ≤ 1.10 ×" % (who, "?" if p99 is None else "%.2f" % p99))
 results["lever"] = {"gpuload": lever, "torch": torch_lever}
 
 results["failing"] = failing
@@ -684,7 +698,8 @@ if lever.get("alone"):
     L.append("|---|---:|---:|---:|---|")
     L.append("| none (alone) | %s | %s | — | — |" % (ms(a.get("p50_ms")), ms(a.get("p99_ms"))))
     for who, label in (("bare", "bare (driver's slices)"), ("root", "100 µs, root"),
-                       ("user", "100 µs, unprivileged")):
+                       ("user", "100 µs, unprivileged"),
+                       ("both", "100 µs, online side at 16 ms, root")):
         side = lever.get(who)
         if not side:
             continue
@@ -702,7 +717,8 @@ if torch_lever.get("alone"):
     L.append("| training side | service p50 | service p99 | training iterations/s |")
     L.append("|---|---:|---:|---:|")
     L.append("| none (alone) | %s | %s | — |" % (ms(a.get("p50_ms")), ms(a.get("p99_ms"))))
-    for who, label in (("bare", "bare"), ("root", "100 µs, root")):
+    for who, label in (("bare", "bare"), ("root", "100 µs, root"),
+                       ("both", "100 µs, service at 16 ms, root")):
         side = torch_lever.get(who)
         if side:
             its = (side.get("offline") or {}).get("iterations_per_s")

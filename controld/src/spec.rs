@@ -25,16 +25,25 @@ pub struct ContainerSpec {
     #[serde(default)]
     pub priority: Priority,
     /// Its channel groups' time slice on its GPUs; absent is its priority's
-    /// ([`Timeslice::of_priority`]).
+    /// ([`Timeslice::of_priority`]), which depends on its neighbours.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeslice: Option<Timeslice>,
 }
 
 impl ContainerSpec {
-    /// The time slice its channel groups run with: its own, or its priority's.
-    pub fn timeslice(&self) -> Timeslice {
+    /// The time slice its channel groups run with: its own, or its priority's, where
+    /// `online_beside` says whether another online container shares one of its GPUs.
+    pub fn timeslice(&self, online_beside: bool) -> Timeslice {
         self.timeslice
-            .unwrap_or_else(|| Timeslice::of_priority(self.priority))
+            .unwrap_or_else(|| Timeslice::of_priority(self.priority, online_beside))
+    }
+
+    /// Whether it shares one of its GPUs with `other`.
+    pub fn shares_a_gpu_with(&self, other: &ContainerSpec) -> bool {
+        self.gpus
+            .as_slice()
+            .iter()
+            .any(|g| other.gpus.as_slice().contains(g))
     }
 
     /// The cap of every device slot of its region: its cap on its GPUs, 0 elsewhere.

@@ -1,6 +1,7 @@
 //! The GPU time slice per container, end to end on simgpu: an offline container's processes
-//! run their channel groups in 100 µs slices, an online one keeps the driver's, a container's
-//! own setting wins and a change reaches a running process; status, the container list and
+//! run their channel groups in 100 µs slices, an online one in 16 ms slices while it is the
+//! only online container on its GPU and in the driver's beside another, a container's own
+//! setting wins and a change reaches a running process; status, the container list and
 //! metrics say what is in force, and a refusing driver is reported, not failed on.
 
 mod support;
@@ -8,6 +9,7 @@ mod support;
 use serde_json::Value;
 use std::time::Duration;
 use support::*;
+use tessera_controld::policy::ONLINE_TIMESLICE_US;
 use tessera_tests::{artifacts, json_u64, stat_process, Running};
 
 /// Starts a long trainer in container `name`.
@@ -41,20 +43,17 @@ fn offline_work_runs_in_short_slices_and_status_says_so() {
     let mut batch = trainer(&node, "batch");
     let mut web = trainer(&node, "web");
     let mut tuned = trainer(&node, "tuned");
-    let driver = slice_ns(&node, web.pid());
     wait_until(Duration::from_secs(30), "batch at 100 µs", || {
         slice_ns(&node, batch.pid()) == Some(100_000)
     });
     wait_until(Duration::from_secs(30), "tuned at 250 µs", || {
         slice_ns(&node, tuned.pid()) == Some(250_000)
     });
-    wait_until(Duration::from_secs(30), "web's slice known", || {
-        slice_ns(&node, web.pid()).is_some()
-    });
-    let web_slice = slice_ns(&node, web.pid()).unwrap();
-    assert!(
-        web_slice > 1_000_000,
-        "web runs at {web_slice} ns ({driver:?})"
+    let online_ns = u64::from(ONLINE_TIMESLICE_US) * 1_000;
+    wait_until(
+        Duration::from_secs(30),
+        "web, the only online container, at 16 ms",
+        || slice_ns(&node, web.pid()) == Some(online_ns),
     );
 
     wait_until(Duration::from_secs(10), "batch's report", || {
@@ -64,9 +63,12 @@ fn offline_work_runs_in_short_slices_and_status_says_so() {
     let batch_status = container(&status, "batch").unwrap();
     assert_eq!(batch_status["timeslice"], "100us");
     assert_eq!(batch_status["timeslice_state"], "100us on 1 channel group");
-    let web_status = container(&status, "web").unwrap();
-    assert_eq!(web_status["timeslice"], "driver");
-    assert_eq!(web_status["timeslice_state"], "");
+    wait_until(Duration::from_secs(10), "web's report", || {
+        node.container("web").unwrap()["timeslice_set_us"] == ONLINE_TIMESLICE_US
+    });
+    let web_status = node.container("web").unwrap();
+    assert_eq!(web_status["timeslice"], "16ms");
+    assert_eq!(web_status["timeslice_state"], "16ms on 1 channel group");
     let text = node.ctl_ok(&["status"]);
     assert!(
         text.contains("batch: GPU time slice: 100us on 1 channel group"),
@@ -74,6 +76,41 @@ fn offline_work_runs_in_short_slices_and_status_says_so() {
     );
     let list = node.ctl_ok(&["container", "list"]);
     assert!(list.contains("TIMESLICE"), "{list}");
+    let row = |list: &str, name: &str| {
+        list.lines()
+            .find(|l| l.starts_with(&format!("{name} ")))
+            .map(|l| l.split_whitespace().nth(5).unwrap_or_default().to_string())
+    };
+    assert_eq!(row(&list, "web").as_deref(), Some("16ms"), "{list}");
+
+    // A second online container on the GPU: web's requests must not keep its work waiting
+    // for 16 ms, so web goes back to the driver's slice, at its next wait in the gate (the
+    // two take turns).
+    node.ctl_ok(&["container", "add", "api", "--gpus", "0"]);
+    let mut api = trainer(&node, "api");
+    wait_until(
+        Duration::from_secs(30),
+        "web back at the driver's slice",
+        || slice_ns(&node, web.pid()).is_some_and(|ns| ns != online_ns && ns > 1_000_000),
+    );
+    let web_status = node.container("web").unwrap();
+    assert_eq!(web_status["timeslice"], "driver");
+    assert_eq!(web_status["timeslice_state"], "");
+    assert!(
+        web_status["problems"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|p| !p.as_str().unwrap().contains("time slice")),
+        "{web_status}"
+    );
+    let list = node.ctl_ok(&["container", "list"]);
+    assert_eq!(row(&list, "web").as_deref(), Some("driver"), "{list}");
+    assert_eq!(row(&list, "api").as_deref(), Some("driver"), "{list}");
+    api.kill();
+    node.ctl_ok(&["container", "rm", "api", "--force"]);
+    let list = node.ctl_ok(&["container", "list"]);
+    assert_eq!(row(&list, "web").as_deref(), Some("16ms"), "{list}");
 
     // A change reaches the running process: at its next wait in the gate at the latest
     // (online work blocks it now and then), here while it is blocked by web's work.

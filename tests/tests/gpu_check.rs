@@ -358,6 +358,13 @@ fn the_check_runs_end_to_end_on_simgpu() {
         "{results}"
     );
     assert!(num(&results, "/lever/gpuload/alone/p99_ms") > 0.0);
+    // With the online side's groups at 16 ms too.
+    let online_said = results["lever"]["gpuload"]["both"]["online_said"].to_string();
+    assert!(
+        online_said.contains("GPU time slice 16000 µs on channel group"),
+        "{results}"
+    );
+    assert!(num(&results, "/lever/gpuload/both/online/p99_ms") > 0.0);
     assert!(num(&results, "/lever/gpuload/bare/offline/kernels_per_s") > 0.0);
     let failing: Vec<&str> = results["failing"]
         .as_array()

@@ -67,7 +67,7 @@ pub fn container_list(target: &Target<'_>, as_json: bool) -> Result<i32, CliErro
                 .map_or("unlimited".to_string(), |m| m.to_string()),
             c.spec.compute.to_string(),
             c.spec.priority.to_string(),
-            c.spec.timeslice().to_string(),
+            c.timeslice.to_string(),
             serde_json::to_value(c.origin)
                 .ok()
                 .and_then(|v| v.as_str().map(str::to_string))
@@ -151,7 +151,7 @@ fn print_container(answer: Answer) -> Result<i32, CliError> {
             .map_or("unlimited".to_string(), |m| m.to_string()),
         c.spec.compute,
         c.spec.priority,
-        c.spec.timeslice(),
+        c.timeslice,
         c.region.display()
     ))
 }

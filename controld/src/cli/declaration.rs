@@ -128,7 +128,7 @@ pub struct Limits {
     #[arg(long, value_name = "CLASS")]
     pub priority: Option<String>,
     /// Its GPU time slice, like 100us, or driver for the driver's own (default 100us
-    /// offline, the driver's online).
+    /// offline; online 16ms, or the driver's beside another online container).
     #[arg(long, value_name = "TIME")]
     pub timeslice: Option<String>,
 }

@@ -251,6 +251,9 @@ struct Entry {
     /// Times its board bit was found set and dropped since it last had work: a neighbour
     /// setting it for it (from [`FRAMED_DROPS`] on, offline libraries ignore the bit).
     framed_drops: u32,
+    /// The time slice this daemon last left in its region: a region found holding another
+    /// than that or the one asked now was written by the container.
+    slice_in_region: Option<u32>,
 }
 
 impl Entry {
@@ -300,7 +303,6 @@ impl Entry {
 
     fn new(member: Arc<Member>) -> Entry {
         Entry {
-            member,
             window: ShareWindow::default(),
             fresh: true,
             pending: Vec::new(),
@@ -315,6 +317,8 @@ impl Entry {
             claim_ticks: 0,
             framed_drops: 0,
             banked_ns: 0,
+            slice_in_region: member.first_timeslice_us(),
+            member,
         }
     }
 
@@ -746,10 +750,15 @@ impl GpuScheduler {
                 shared_window_ns(e.member.priority)
             };
             configure(&e.member, gpu, e.member.priority, window_ns);
-            if e.member.region.timeslice_us() != e.member.timeslice_us {
-                e.member.region.set_timeslice_us(e.member.timeslice_us);
-                e.member.note_tampering(Tampering::TIMESLICE);
+            let asked = e.member.timeslice_us();
+            let found = e.member.region.timeslice_us();
+            if found != asked {
+                e.member.region.set_timeslice_us(asked);
+                if found != e.slice_in_region {
+                    e.member.note_tampering(Tampering::TIMESLICE);
+                }
             }
+            e.slice_in_region = asked;
             a.set_board_bit(board.and(e.board_bit));
             store_if_changed(&a.share_target_ppm, d.rate_ppm);
             e.member.grant(gpu, d.rate_ppm);

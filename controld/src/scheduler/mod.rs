@@ -48,9 +48,12 @@ pub struct Member {
     pub policy: ComputePolicy,
     /// Its priority.
     pub priority: Priority,
-    /// The time slice its processes set on their channel groups, in µs; `None` for the
-    /// driver's.
-    pub timeslice_us: Option<u32>,
+    /// The time slice its processes are asked to set on their channel groups, in µs; 0 for
+    /// the driver's. It changes in place as neighbours come and go (an online container's
+    /// default depends on them), so that the scheduler keeps what it knows of it.
+    timeslice_us: AtomicU32,
+    /// What it asked when it was made: what the roster wrote into its region then.
+    first_timeslice_us: Option<u32>,
     /// Set by the tick thread while the container's region claims work but it has made no
     /// progress for a second and has no live process: a crashed process left its `active`
     /// or `inflight` up. Such a container is treated as idle (it must not block offline
@@ -129,7 +132,8 @@ impl Member {
                 .collect(),
             policy,
             priority,
-            timeslice_us,
+            timeslice_us: AtomicU32::new(timeslice_us.unwrap_or(0)),
+            first_timeslice_us: timeslice_us,
             stale: AtomicBool::new(false),
             tampering: AtomicU32::new(0),
             granted_ppm: [const { AtomicU32::new(UNGRANTED) }; MAX_DEVICES],
@@ -199,12 +203,38 @@ impl Member {
         self.tampering.load(Ordering::Relaxed)
     }
 
+    /// The time slice its processes are asked to set on their channel groups, in µs;
+    /// `None` for the driver's.
+    pub fn timeslice_us(&self) -> Option<u32> {
+        // Relaxed: a single word, with nothing published under it; the tick brings the
+        // region in line with whatever it reads.
+        match self.timeslice_us.load(Ordering::Relaxed) {
+            0 => None,
+            us => Some(us),
+        }
+    }
+
+    /// Asks another time slice of it ([`Roster::publish`]); the tick writes it into its
+    /// region.
+    fn ask_timeslice(&self, us: Option<u32>) {
+        // Relaxed: see `timeslice_us`.
+        self.timeslice_us.store(us.unwrap_or(0), Ordering::Relaxed);
+    }
+
+    /// What the roster wrote into its region's time slice when it was made.
+    pub(crate) fn first_timeslice_us(&self) -> Option<u32> {
+        self.first_timeslice_us
+    }
+
     /// The time slice its channel groups run, for replaying the GPU's slicing, in ns; 0
     /// for the GPU's own. The one controld asked, where its processes report it set; the
     /// GPU's otherwise (refused, not yet set, or a report it did not ask: a process can
     /// claim no other slice than the one asked).
     pub(crate) fn slice_in_force_ns(&self) -> u64 {
-        match (self.timeslice_us, self.region.timeslice_report().outcome()) {
+        match (
+            self.timeslice_us(),
+            self.region.timeslice_report().outcome(),
+        ) {
             (Some(asked), TimesliceOutcome::Set { us, .. }) if us == asked => {
                 u64::from(asked) * 1_000
             }
@@ -218,7 +248,6 @@ impl Member {
             && self.gpus == other.gpus
             && self.policy == other.policy
             && self.priority == other.priority
-            && self.timeslice_us == other.timeslice_us
             && match (&self.limits, &other.limits) {
                 (Some(a), Some(b)) => Arc::ptr_eq(a, b),
                 (None, None) => true,
@@ -246,7 +275,8 @@ pub struct Roster {
 
 impl Roster {
     /// Replaces the members. A member unchanged from the previous set keeps its identity
-    /// (and what the scheduler learnt about it).
+    /// (and what the scheduler learnt about it); a change of its time slice alone is asked
+    /// of it in place.
     pub fn publish(&self, members: Vec<Member>) {
         let mut current = self.members.lock().unwrap_or_else(|p| p.into_inner());
         let next: Vec<Arc<Member>> = members
@@ -255,12 +285,15 @@ impl Roster {
                 current
                     .iter()
                     .find(|old| old.same_as(&m))
-                    .cloned()
+                    .map(|old| {
+                        old.ask_timeslice(m.timeslice_us());
+                        old.clone()
+                    })
                     .unwrap_or_else(|| {
                         // New or changed: its limits are in its region before this returns,
                         // so before the daemon answers whoever asked for it.
                         gpu::prime(&m);
-                        m.region.set_timeslice_us(m.timeslice_us);
+                        m.region.set_timeslice_us(m.first_timeslice_us);
                         Arc::new(m)
                     })
             })

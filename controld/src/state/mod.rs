@@ -27,7 +27,7 @@ mod persist;
 mod quarantine;
 mod status;
 
-use crate::policy::ComputePolicy;
+use crate::policy::{ComputePolicy, Priority, Timeslice};
 use crate::scheduler::{Member, Roster};
 use crate::spec::{ContainerSpec, Gpus, MemorySize};
 use serde::{Deserialize, Serialize};
@@ -59,6 +59,9 @@ pub struct ContainerInfo {
     pub origin: Origin,
     /// Its region file (`TESSERA_REGION` of its processes).
     pub region: PathBuf,
+    /// The time slice its channel groups are asked to run with now: its spec's, or its
+    /// priority's beside its neighbours ([`ContainerSpec::timeslice`]).
+    pub timeslice: Timeslice,
 }
 
 /// Why the daemon refused a change. Each message is one line that says what to do.
@@ -248,11 +251,20 @@ impl State {
                         m.spec.gpus.as_slice().to_vec(),
                         m.spec.compute,
                         m.spec.priority,
-                        m.spec.timeslice().us(),
+                        self.timeslice(name, &m.spec).us(),
                     )
                 })
                 .collect(),
         );
+    }
+
+    /// The time slice container `name` of `spec` runs with: its spec's, or its priority's,
+    /// which for online work depends on whether another online container shares a GPU.
+    fn timeslice(&self, name: &str, spec: &ContainerSpec) -> Timeslice {
+        let online_beside = self.containers.iter().any(|(other, m)| {
+            other != name && m.spec.priority == Priority::Online && m.spec.shares_a_gpu_with(spec)
+        });
+        spec.timeslice(online_beside)
     }
 
     /// The state dir.
@@ -298,6 +310,7 @@ impl State {
             spec: m.spec.clone(),
             origin: m.origin,
             region: self.region_path(name),
+            timeslice: self.timeslice(name, &m.spec),
         })
     }
 

@@ -21,7 +21,8 @@ impl State {
             .containers
             .iter()
             .map(|(name, m)| {
-                let mut status = container_status(name, m, &self.region_path(name));
+                let timeslice = self.timeslice(name, &m.spec);
+                let mut status = container_status(name, m, &self.region_path(name), timeslice);
                 let mine: Vec<_> = members
                     .iter()
                     .filter(|member| &member.name == name)
@@ -137,7 +138,7 @@ fn compute_figures(region: &Region, dev: usize) -> ComputeFigures {
 
 /// One container's status from its region. Host pids are left to the watchdog, which
 /// links them by the processes that map the region file.
-fn container_status(name: &str, m: &Managed, path: &Path) -> ContainerStatus {
+fn container_status(name: &str, m: &Managed, path: &Path, timeslice: Timeslice) -> ContainerStatus {
     let mut problems = m.problems.clone();
     let processes: Vec<ContainerProcess> = m
         .region
@@ -191,7 +192,6 @@ fn container_status(name: &str, m: &Managed, path: &Path) -> ContainerStatus {
             }
         })
         .collect();
-    let timeslice = m.spec.timeslice();
     let outcome = m.region.timeslice_report().outcome();
     let (timeslice_state, timeslice_set_us) = match timeslice {
         Timeslice::Driver => (String::new(), None),
