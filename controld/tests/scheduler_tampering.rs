@@ -1,7 +1,9 @@
 //! A container whose processes write its compute account or the priority board gain
 //! nothing: a bucket raised between two refills is put back where controld left it, less
 //! what ran on it, and a board bit set for an idle neighbour is cleared, so the offline
-//! work it would stop keeps running. Status names each.
+//! work it would stop keeps running, and a time slice it asks itself is put back (while one
+//! controld changes as neighbours come and go is not taken for tampering). Status names
+//! each.
 
 mod scheduler_support;
 
@@ -110,4 +112,39 @@ fn a_board_bit_set_for_an_idle_neighbour_is_cleared() {
         problems(&daemon, "svc").contains("priority board")
     });
     drop(batch);
+}
+
+#[test]
+fn a_slice_controld_changes_is_no_tampering_and_one_the_container_writes_is_put_back() {
+    let _serial = serial();
+    let daemon = Daemon::start("tamper-slice", &config(&[("web", "burst:50", "online")]));
+    let web = daemon.region("web");
+    let online = Some(tessera_controld::policy::ONLINE_TIMESLICE_US);
+    assert_eq!(web.timeslice_us(), online, "the only online container");
+    // A second online container on its GPU: controld asks web for the driver's slice.
+    let out = daemon.ctl(&["container", "add", "api", "--gpus", "0"]);
+    assert!(out.status.success(), "{out:?}");
+    wait_until(
+        Duration::from_secs(5),
+        "web asked the driver's slice",
+        || web.timeslice_us().is_none(),
+    );
+    let out = daemon.ctl(&["container", "rm", "api"]);
+    assert!(out.status.success(), "{out:?}");
+    wait_until(Duration::from_secs(5), "web asked 16 ms again", || {
+        web.timeslice_us() == online
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    let p = problems(&daemon, "web");
+    assert!(!p.contains("time slice"), "{p}");
+    // Its own process asks a slice of 1 µs: put back, and named.
+    web.set_timeslice_us(Some(1));
+    wait_until(Duration::from_secs(5), "web's slice put back", || {
+        web.timeslice_us() == online
+    });
+    let p = problems(&daemon, "web");
+    assert!(
+        p.contains("GPU time slice its region asks was changed"),
+        "{p}"
+    );
 }
