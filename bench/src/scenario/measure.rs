@@ -89,6 +89,34 @@ impl Trace {
             .min(self.samples.len().saturating_sub(1))
     }
 
+    /// Busy ns of `pids` together at `t_ns`, interpolated between the samples around it
+    /// (the first or the last sample's, outside them).
+    pub fn busy_at(&self, t_ns: u64, pids: &[u32]) -> f64 {
+        let i = self.samples.partition_point(|s| s.t_ns < t_ns);
+        if self.samples.is_empty() {
+            return 0.0;
+        }
+        if i == 0 || i == self.samples.len() {
+            return self.busy(i.min(self.samples.len() - 1), pids) as f64;
+        }
+        let (a, b) = (&self.samples[i - 1], &self.samples[i]);
+        let (busy_a, busy_b) = (self.busy(i - 1, pids) as f64, self.busy(i, pids) as f64);
+        let f = (t_ns - a.t_ns) as f64 / (b.t_ns - a.t_ns).max(1) as f64;
+        busy_a + f * (busy_b - busy_a).max(0.0)
+    }
+
+    /// The share of device time `pids` got from `from_ns` to `to_ns` (0–1), the busy time
+    /// interpolated at both ends: the very window another figure covers, where
+    /// [`Trace::share`] runs between samples (up to a sampling period off at each end,
+    /// which alone is points of a share that changes hands every few tens of ms).
+    pub fn share_between(&self, pids: &[u32], from_ns: u64, to_ns: u64) -> f64 {
+        if to_ns <= from_ns {
+            return 0.0;
+        }
+        (self.busy_at(to_ns, pids) - self.busy_at(from_ns, pids)).max(0.0)
+            / (to_ns - from_ns) as f64
+    }
+
     /// The share of device time `pids` got between samples `a` and `b` (0–1).
     pub fn share(&self, pids: &[u32], a: usize, b: usize) -> f64 {
         let (ta, tb) = (self.samples[a].t_ns, self.samples[b].t_ns);
@@ -395,6 +423,10 @@ mod tests {
         assert_eq!(t.windows(&[7], 0, 2_000_000), vec![1.0, 0.5]);
         assert_eq!(t.first_busy(8), Some(3_000_000));
         assert_eq!(t.all_busy(&[7, 8]), Some(3));
+        assert_eq!(t.share_between(&[7], 500_000, 1_500_000), 1.0);
+        assert_eq!(t.share_between(&[7], 1_500_000, 2_500_000), 0.75);
+        assert_eq!(t.share_between(&[8], 0, 3_000_000), 0.5 / 3.0);
+        assert_eq!(t.busy_at(99_000_000, &[7]), 3_000_000.0);
         assert_eq!(t.at(2_500_000), 3);
         assert_eq!(t.at(99_000_000), 4);
         assert_eq!(t.last_alive(8), Some(4));

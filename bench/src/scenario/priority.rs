@@ -127,7 +127,7 @@ fn infer_run(
             let measured = c["devices"][0]["share_measured"].as_f64()?;
             let until = c["devices"][0]["share_measured_until_ns"].as_u64()?;
             let since = until.saturating_sub(1_000_000_000);
-            let truth = trace.share(&[p.pid()], trace.at(since), trace.at(until));
+            let truth = trace.share_between(&[p.pid()], since, until);
             Some((measured - truth).abs() * 100.0)
         });
         errors

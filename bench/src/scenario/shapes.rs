@@ -34,7 +34,7 @@ fn daemon_error(run: &TrainRun) -> Option<f64> {
         .iter()
         .zip(&run.pids)
         .map(|((_, measured), pid)| {
-            let truth = t.share(&[*pid], t.at(start), t.at(end));
+            let truth = t.share_between(&[*pid], start, end);
             measured.map(|m| (m - truth).abs() * 100.0)
         })
         .collect::<Option<Vec<f64>>>()
