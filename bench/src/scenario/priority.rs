@@ -361,7 +361,10 @@ pub(super) fn demo_mix_rows(
     label: &str,
     tolerance: f64,
 ) -> Result<(), ScenarioError> {
-    let phase = o.phase(10.0);
+    // 400 requests a run: its p99 is then the fifth-worst request, not the third-worst of
+    // 200, which a host that stalls the service's thread for a few ms once or twice a run
+    // (a 2-core machine with a daemon and three workloads beside it) decides alone.
+    let phase = o.phase(20.0);
     let specs = [
         Spec::online("inference", "burst:50"),
         Spec::offline("training", "best-effort"),
