@@ -174,7 +174,8 @@ fn infer_run(
 /// `online-offline`: online `gpuload infer` beside offline `gpuload train`.
 pub(super) fn online_offline(bins: &Bins, o: &Options) -> Result<Outcome, ScenarioError> {
     let mut out = Outcome::new("online-offline");
-    let phase = o.phase(10.0);
+    // 400 requests a run, for the reason the demo's mix has them (`demo_mix_rows`).
+    let phase = o.phase(20.0);
 
     // Requests of ten 1 ms kernels at 20/s. "Alone" is the better of the online job alone
     // under Tessera (its container configured as here, the offline one idle) and alone
