@@ -98,13 +98,15 @@ fn slice_finds_simgpus_quantum() {
 /// On the H200 profile, `gpuload slice` beside one, two and three others reads what it read
 /// on an H200 (docs/simgpu.md), within 15 %: this process's slice 2.088 ms, the others'
 /// time between two of its slices 2.402, 4.65 and 6.89 ms (their slices and the switches).
-/// Event times are the engine's, so a loaded host moves them little.
+/// Event times are the engine's, so a loaded host moves them little, as long as simgpu keeps
+/// pace with the kernels: the H200 ran 50 µs kernels, but a debug simgpu beside two CPU hogs
+/// falls behind those (its executor does host work for each), so these are 0.2 ms.
 #[test]
 fn the_h200_profile_slices_as_the_h200_did() {
     let _timing = timing_lock();
     for (competitors, other_ms) in [(1, 2.402), (2, 4.65), (3, 6.89)] {
         let node = SimNode::new("H200", &[]);
-        let doc = slice(&node, competitors, "0.05", "1", "0.5");
+        let doc = slice(&node, competitors, "0.2", "1", "0.5");
         for (kind, want) in [("other_slice", other_ms), ("own_slice", 2.088)] {
             let median = num(&doc, &format!("/{kind}/median_ms"));
             assert!(
