@@ -96,26 +96,25 @@ fn no_launch_pattern_escapes_its_share() {
         "ptsz_1_1ms",
         "threads_4_1ms",
     ] {
-        // 2 s of 50 ms kernels is 12 kernels at 30 %: a coarse share. 20 µs kernels in a
-        // debug build pay the host's microseconds between a START and its launch inside
-        // each measured interval, so they get less than their share here; what matters is
-        // that none gets more.
-        let tolerance = match shape {
-            "queue_1_50ms" => 0.12,
-            "queue_1_0.02ms" => 0.15,
-            _ => 0.07,
+        // How far below and above 30 % a 1 s window may go. 2 s of 50 ms kernels is 12
+        // kernels at 30 %: a coarse share. 20 µs kernels in a debug build pay the host's
+        // microseconds between a START and its launch inside each measured interval, so they
+        // get less than their share here (beside two CPU hogs one window read 13.7 %); what
+        // matters is that none gets more.
+        let (below, above) = match shape {
+            "queue_1_50ms" => (0.12, 0.12),
+            "queue_1_0.02ms" => (0.20, 0.07),
+            _ => (0.07, 0.07),
         };
-        assert_near(
-            &format!("{shape}, lowest 1 s window"),
-            o.figure(&format!("{shape}_min_window")),
-            0.30,
-            tolerance,
-        );
-        assert_near(
-            &format!("{shape}, highest 1 s window"),
-            o.figure(&format!("{shape}_max_window")),
-            0.30,
-            tolerance,
+        let lowest = o.figure(&format!("{shape}_min_window"));
+        let highest = o.figure(&format!("{shape}_max_window"));
+        assert!(
+            lowest >= 0.30 - below && highest <= 0.30 + above,
+            "{shape}: 1 s windows from {:.1} to {:.1} %, want 30 % within -{:.0}/+{:.0} points",
+            lowest * 100.0,
+            highest * 100.0,
+            below * 100.0,
+            above * 100.0
         );
     }
 }
@@ -140,11 +139,15 @@ fn deep_queueing_neighbours_get_their_policies() {
         0.30,
         0.05,
     );
+    // Ten points: beside two CPU hogs a debug build's fixed:70 container fed the GPU 61-64 %
+    // (67 % on a quiet machine, 68 % in release) with fixed:30 still at 30 % and controld's
+    // measure within about a point: its gated launches' thread woke late, and the GPU idled
+    // for lack of its work, not of its share.
     assert_near(
         "fixed:70 beside fixed:30",
         o.figure("pair_fixed70"),
         0.70,
-        0.08,
+        0.10,
     );
     for set in ["mixed", "pair"] {
         let total = o.figure(&format!("{set}_total"));
