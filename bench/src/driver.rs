@@ -7,10 +7,10 @@ use std::ffi::{c_char, c_int, c_uint, c_void, CStr, CString};
 use std::fmt;
 use std::sync::OnceLock;
 
-use tessera_cuda_abi::entry;
 use tessera_cuda_abi::proc_address::{
     CU_GET_PROC_ADDRESS_DEFAULT, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,
 };
+use tessera_cuda_abi::{entry, nvml};
 pub use tessera_cuda_abi::{
     CUcontext, CUdevice, CUdeviceptr, CUevent, CUfunction, CUgraph, CUgraphExec, CUmodule,
     CUresult, CUstream, CUDA_ERROR_NOT_READY, CUDA_ERROR_OUT_OF_MEMORY, CUDA_SUCCESS,
@@ -328,11 +328,6 @@ fn entry_size(buffer: &[u8], count: usize) -> usize {
     (written.div_ceil(count).div_ceil(8) * 8).clamp(NOMINAL_ENTRY, MAX_ENTRY)
 }
 
-/// `NVML_VALUE_NOT_AVAILABLE`: a process whose memory NVML cannot see (another container).
-const NVML_VALUE_NOT_AVAILABLE: u64 = u64::MAX;
-/// `NVML_ERROR_INSUFFICIENT_SIZE`.
-const NVML_ERROR_INSUFFICIENT_SIZE: c_uint = 7;
-
 /// Why NVML could not answer.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum NvmlError {
@@ -445,7 +440,7 @@ impl Nvml {
             // SAFETY: `bytes` holds `room` entries of up to MAX_ENTRY bytes, more than NVML
             // writes for `room` entries; `device` is a handle NVML gave.
             let r = unsafe { (self.processes)(device, &mut count, bytes.as_mut_ptr().cast()) };
-            if r == NVML_ERROR_INSUFFICIENT_SIZE && (count as usize) > room {
+            if r == nvml::code::INSUFFICIENT_SIZE && (count as usize) > room {
                 room = count as usize + 16;
                 continue;
             }
@@ -464,7 +459,7 @@ impl Nvml {
                     let used = u64::from_ne_bytes(e[8..16].try_into().expect("8 bytes"));
                     (pid, used)
                 })
-                .filter(|&(_, used)| used != NVML_VALUE_NOT_AVAILABLE)
+                .filter(|&(_, used)| used != nvml::VALUE_NOT_AVAILABLE)
                 .collect();
             out.sort_unstable();
             return Ok(out);

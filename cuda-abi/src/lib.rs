@@ -7,7 +7,8 @@
 //! - [`entry`]: one module per entry point: its exported symbol, the base name and CUDA
 //!   version `cuGetProcAddress` knows it by ([`ProcKey`]), whether it is the
 //!   per-thread-default-stream variant, and, where declared, its C signature (`Pfn`);
-//! - [`proc_address`]: the table of every revision and how a versioned lookup resolves.
+//! - [`proc_address`]: the table of every revision and how a versioned lookup resolves;
+//! - [`nvml`]: NVML's result codes, which the same three speak on NVML's side.
 //!
 //! Everything here is a fact of the protocol written down from its documentation; the crate
 //! allocates nothing and depends on nothing, because it is linked into the exports of the
@@ -16,6 +17,7 @@
 #![no_std]
 
 pub mod entry;
+pub mod nvml;
 pub mod proc_address;
 pub mod proc_key;
 pub mod result;

@@ -11,14 +11,7 @@
 //! wrote divided by the number of entries.
 
 use std::ffi::{c_uint, c_void};
-
-/// `NVML_SUCCESS`.
-pub(crate) const NVML_SUCCESS: u32 = 0;
-/// `NVML_ERROR_INSUFFICIENT_SIZE`.
-pub(crate) const INSUFFICIENT_SIZE: u32 = 7;
-/// `NVML_VALUE_NOT_AVAILABLE`: the memory of a process NVML cannot attribute (another
-/// container's, on some systems every process's).
-pub(crate) const VALUE_NOT_AVAILABLE: u64 = u64::MAX;
+use tessera_cuda_abi::nvml::{code, VALUE_NOT_AVAILABLE};
 
 /// The largest entry this reader makes room for: twice the largest NVML has written.
 const MAX_ENTRY: usize = 64;
@@ -111,7 +104,7 @@ pub(crate) unsafe fn read(
         // for `room` entries of any size it has used; it writes the number to our local.
         let rc = unsafe { query(device, &mut count, bytes.as_mut_ptr().cast()) };
         match rc {
-            NVML_SUCCESS => {
+            code::SUCCESS => {
                 let count = (count as usize).min(room);
                 let entry = entry_size(&bytes, count, nominal);
                 bytes.truncate(count * entry);
@@ -121,11 +114,11 @@ pub(crate) unsafe fn read(
                     entry,
                 });
             }
-            INSUFFICIENT_SIZE => room = count as usize + 8,
+            code::INSUFFICIENT_SIZE => room = count as usize + 8,
             e => return Err(e),
         }
     }
-    Err(INSUFFICIENT_SIZE)
+    Err(code::INSUFFICIENT_SIZE)
 }
 
 #[cfg(test)]

@@ -30,10 +30,10 @@
 
 use crate::container;
 use crate::hooks::real;
-use crate::nvml_list::NVML_SUCCESS;
 use std::ffi::{c_char, c_uint, c_void, CString};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Once;
+use tessera_cuda_abi::nvml::code;
 use tessera_region::MAX_DEVICES;
 
 /// The driver's variable of the devices a process sees.
@@ -136,13 +136,6 @@ pub(crate) unsafe fn init(real: real::cuInit::Real, flags: u32) -> u32 {
     unsafe { real(flags) }
 }
 
-/// `NVML_ERROR_INVALID_ARGUMENT`.
-const NVML_INVALID_ARGUMENT: u32 = 2;
-/// `NVML_ERROR_NOT_FOUND`.
-const NVML_NOT_FOUND: u32 = 6;
-/// `NVML_ERROR_INSUFFICIENT_SIZE`.
-const NVML_INSUFFICIENT_SIZE: u32 = crate::nvml_list::INSUFFICIENT_SIZE;
-
 /// The container's GPUs as a bit per device; `None` when it sees every device (no region
 /// from a daemon, or no container state).
 fn given() -> Option<u32> {
@@ -167,7 +160,7 @@ fn nvml_handle_of(uuid: &[u8; 16]) -> Option<*mut c_void> {
     let text = tessera_region::uuid::text(uuid);
     let mut handle = std::ptr::null_mut();
     // SAFETY: a NUL-terminated string; writes one handle to our local.
-    (unsafe { find(text.as_ptr().cast(), &mut handle) } == NVML_SUCCESS).then_some(handle)
+    (unsafe { find(text.as_ptr().cast(), &mut handle) } == code::SUCCESS).then_some(handle)
 }
 
 /// The UUID NVML gives `device`.
@@ -175,7 +168,7 @@ fn nvml_uuid_of(device: *mut c_void) -> Option<[u8; 16]> {
     let get = real::nvmlDeviceGetUUID::real()?;
     let mut text = [0u8; 96];
     // SAFETY: device is a handle NVML gave; NVML writes at most `len` bytes, NUL included.
-    if unsafe { get(device, text.as_mut_ptr().cast(), text.len() as c_uint) } != NVML_SUCCESS {
+    if unsafe { get(device, text.as_mut_ptr().cast(), text.len() as c_uint) } != code::SUCCESS {
         return None;
     }
     let end = text.iter().position(|&b| b == 0)?;
@@ -218,7 +211,7 @@ fn position(mask: u32, index: u32) -> Option<u32> {
 pub(crate) unsafe fn nvml_count(real: real::nvmlDeviceGetCount::Real, count: *mut c_uint) -> u32 {
     // SAFETY: the caller's argument, passed on.
     let rc = unsafe { real(count) };
-    if rc == NVML_SUCCESS && !count.is_null() {
+    if rc == code::SUCCESS && !count.is_null() {
         if let Some(mask) = given() {
             let visible = match given_uuids(mask) {
                 // Those NVML knows: in a container, those the runtime shows it.
@@ -253,15 +246,15 @@ pub(crate) unsafe fn nvml_handle_by_index(
             Some(handle) if !device.is_null() => {
                 // SAFETY: non-null; the caller's out-pointer for one handle.
                 unsafe { device.write(handle) };
-                NVML_SUCCESS
+                code::SUCCESS
             }
-            _ => NVML_INVALID_ARGUMENT,
+            _ => code::INVALID_ARGUMENT,
         };
     }
     match nth_visible(mask, index) {
         // SAFETY: the caller's out-pointer, with the node index of its index.
         Some(node_index) => unsafe { real(node_index, device) },
-        None => NVML_INVALID_ARGUMENT,
+        None => code::INVALID_ARGUMENT,
     }
 }
 
@@ -270,7 +263,7 @@ fn nvml_node_index(device: *mut c_void) -> Option<u32> {
     let index = real::nvmlDeviceGetIndex::real()?;
     let mut i = 0u32;
     // SAFETY: device is a handle NVML just gave; writes one unsigned int to our local.
-    (unsafe { index(device, &mut i) } == NVML_SUCCESS).then_some(i)
+    (unsafe { index(device, &mut i) } == code::SUCCESS).then_some(i)
 }
 
 /// A handle NVML found by a name (UUID, PCI bus id): refused if the device is hidden.
@@ -279,14 +272,14 @@ fn nvml_node_index(device: *mut c_void) -> Option<u32> {
 /// `device` is the caller's out-pointer, written by NVML when `rc` is success.
 unsafe fn only_given(rc: u32, device: *mut *mut c_void) -> u32 {
     let Some(mask) = given() else { return rc };
-    if rc != NVML_SUCCESS || device.is_null() {
+    if rc != code::SUCCESS || device.is_null() {
         return rc;
     }
     // SAFETY: non-null, and NVML has just written the handle there.
     let handle = unsafe { device.read() };
     match nvml_account(handle) {
         Some(i) if position(mask, i as u32).is_some() => rc,
-        _ => NVML_NOT_FOUND,
+        _ => code::NOT_FOUND,
     }
 }
 
@@ -322,7 +315,7 @@ pub(crate) unsafe fn nvml_index(
     // SAFETY: the caller's arguments, passed on.
     let rc = unsafe { real(device, index) };
     let Some(mask) = given() else { return rc };
-    if rc != NVML_SUCCESS || index.is_null() {
+    if rc != code::SUCCESS || index.is_null() {
         return rc;
     }
     let node_index = match given_uuids(mask) {
@@ -336,7 +329,7 @@ pub(crate) unsafe fn nvml_index(
             index.write(p);
             rc
         },
-        None => NVML_NOT_FOUND,
+        None => code::NOT_FOUND,
     }
 }
 
@@ -369,7 +362,7 @@ pub(crate) unsafe fn running_processes<const SIZE: usize>(
         return unsafe { real(device, count, infos) };
     };
     if count.is_null() {
-        return NVML_INVALID_ARGUMENT;
+        return code::INVALID_ARGUMENT;
     }
     // SAFETY: `real` is NVML's query; the device is the caller's.
     let list = match unsafe { crate::nvml_list::read(real, device, SIZE) } {
@@ -385,10 +378,10 @@ pub(crate) unsafe fn running_processes<const SIZE: usize>(
     // SAFETY: as above.
     unsafe { count.write(ours.len() as c_uint) };
     if ours.is_empty() {
-        return NVML_SUCCESS;
+        return code::SUCCESS;
     }
     if infos.is_null() || caller_room < ours.len() {
-        return NVML_INSUFFICIENT_SIZE;
+        return code::INSUFFICIENT_SIZE;
     }
     for (i, entry) in ours.iter().enumerate() {
         // SAFETY: the caller's list holds `caller_room >= ours.len()` entries of the size
@@ -402,7 +395,7 @@ pub(crate) unsafe fn running_processes<const SIZE: usize>(
             )
         };
     }
-    NVML_SUCCESS
+    code::SUCCESS
 }
 
 #[cfg(test)]

@@ -42,13 +42,13 @@ use super::{current_device, forget_context};
 use crate::container::{self, Container, Reservation};
 use crate::fork_lock::{self, ForkGuard, ForkLock};
 use crate::hooks::real;
-use crate::nvml_list::NVML_SUCCESS;
 use crate::nvml_list::{self, Held, ProcessList};
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
+use tessera_cuda_abi::nvml::code;
 use tessera_cuda_abi::{CUDA_ERROR_OUT_OF_MEMORY, CUDA_SUCCESS};
 use tessera_region::MAX_DEVICES;
 
@@ -423,7 +423,7 @@ fn nvml_device(dev: i32, device: usize) -> Result<*mut c_void, String> {
                 let text = uuid_text(prefix, &uuid);
                 let mut handle = std::ptr::null_mut();
                 // SAFETY: a NUL-terminated string; writes one handle to our local.
-                if unsafe { find(text.as_ptr().cast(), &mut handle) } == NVML_SUCCESS {
+                if unsafe { find(text.as_ptr().cast(), &mut handle) } == code::SUCCESS {
                     return Ok(handle);
                 }
             }

@@ -4,8 +4,8 @@
 
 use super::query::limited;
 use crate::hooks::real;
-use crate::nvml_list::NVML_SUCCESS;
 use std::ffi::c_void;
+use tessera_cuda_abi::nvml::code;
 
 /// `nvmlMemory_t`.
 #[repr(C)]
@@ -43,7 +43,7 @@ pub(crate) unsafe fn memory_info(
 ) -> u32 {
     // SAFETY: the caller's arguments, passed on.
     let rc = unsafe { real(device, memory) };
-    if rc != NVML_SUCCESS || memory.is_null() {
+    if rc != code::SUCCESS || memory.is_null() {
         return rc;
     }
     let memory = memory.cast::<Memory>();
@@ -70,7 +70,7 @@ pub(crate) unsafe fn memory_info_v2(
 ) -> u32 {
     // SAFETY: the caller's arguments, passed on.
     let rc = unsafe { real(device, memory) };
-    if rc != NVML_SUCCESS || memory.is_null() {
+    if rc != code::SUCCESS || memory.is_null() {
         return rc;
     }
     let memory = memory.cast::<MemoryV2>();

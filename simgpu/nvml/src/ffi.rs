@@ -3,46 +3,10 @@
 
 use std::ffi::{c_char, c_void};
 
-/// NVML's result code.
-pub type NvmlReturn = u32;
 /// A device handle: an address inside [`crate::session::HANDLES`], one per ordinal.
 pub type NvmlDevice = *mut c_void;
 
-/// Result codes (the values of NVML's `nvmlReturn_t`).
-pub mod code {
-    use super::NvmlReturn;
-    pub const SUCCESS: NvmlReturn = 0;
-    pub const UNINITIALIZED: NvmlReturn = 1;
-    pub const INVALID_ARGUMENT: NvmlReturn = 2;
-    pub const NOT_SUPPORTED: NvmlReturn = 3;
-    pub const NO_PERMISSION: NvmlReturn = 4;
-    pub const ALREADY_INITIALIZED: NvmlReturn = 5;
-    pub const NOT_FOUND: NvmlReturn = 6;
-    pub const INSUFFICIENT_SIZE: NvmlReturn = 7;
-    pub const INSUFFICIENT_POWER: NvmlReturn = 8;
-    pub const DRIVER_NOT_LOADED: NvmlReturn = 9;
-    pub const TIMEOUT: NvmlReturn = 10;
-    pub const IRQ_ISSUE: NvmlReturn = 11;
-    pub const LIBRARY_NOT_FOUND: NvmlReturn = 12;
-    pub const FUNCTION_NOT_FOUND: NvmlReturn = 13;
-    pub const CORRUPTED_INFOROM: NvmlReturn = 14;
-    pub const GPU_IS_LOST: NvmlReturn = 15;
-    pub const RESET_REQUIRED: NvmlReturn = 16;
-    pub const OPERATING_SYSTEM: NvmlReturn = 17;
-    pub const LIB_RM_VERSION_MISMATCH: NvmlReturn = 18;
-    pub const IN_USE: NvmlReturn = 19;
-    pub const MEMORY: NvmlReturn = 20;
-    pub const NO_DATA: NvmlReturn = 21;
-    pub const VGPU_ECC_NOT_SUPPORTED: NvmlReturn = 22;
-    pub const INSUFFICIENT_RESOURCES: NvmlReturn = 23;
-    pub const FREQ_NOT_SUPPORTED: NvmlReturn = 24;
-    pub const ARGUMENT_VERSION_MISMATCH: NvmlReturn = 25;
-    pub const DEPRECATED: NvmlReturn = 26;
-    pub const NOT_READY: NvmlReturn = 27;
-    pub const GPU_NOT_FOUND: NvmlReturn = 28;
-    pub const INVALID_STATE: NvmlReturn = 29;
-    pub const UNKNOWN: NvmlReturn = 999;
-}
+pub use tessera_cuda_abi::nvml::{code, NvmlReturn};
 
 /// What an entry's body returns: `Ok` becomes `NVML_SUCCESS`.
 pub type NvmlResult = Result<(), NvmlReturn>;

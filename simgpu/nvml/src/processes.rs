@@ -14,8 +14,7 @@ use std::time::Duration;
 /// The variable.
 pub const ENV: &str = "SIMGPU_NVML_PROCESSES";
 
-/// `NVML_VALUE_NOT_AVAILABLE`.
-pub const VALUE_NOT_AVAILABLE: u64 = u64::MAX;
+pub use tessera_cuda_abi::nvml::VALUE_NOT_AVAILABLE;
 
 /// What [`ENV`] asks for.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
