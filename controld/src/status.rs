@@ -107,10 +107,21 @@ pub struct ContainerDevice {
     /// it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub real_share: Option<f64>,
+    /// The GPU time the scheduler granted it so far, in ns: each tick's `share_target`
+    /// over the time to the next, counted up to `granted_until_ns`. A share swings with
+    /// every online request on the GPU; a use over a span of time is weighed against this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub granted_ns: Option<u64>,
+    /// Up to when `granted_ns` counts, on the node clock (ns of `CLOCK_MONOTONIC`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub granted_until_ns: Option<u64>,
     /// Held by the daemon until what it ran past its grant is paid back (the watchdog's
     /// verdict, enforced through the limits file).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub compute_held: bool,
+    /// How often the watchdog has held it on this GPU since the daemon started.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub compute_holds: u64,
     /// Time its launches waited for tokens, in nanoseconds.
     pub throttled_ns: u64,
     /// How often online work preempted it.
@@ -139,4 +150,9 @@ pub struct UnmanagedProcess {
     pub pid: u32,
     /// Memory it holds on that GPU, in bytes.
     pub memory: u64,
+}
+
+/// Whether a count is zero (left out of the JSON then).
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }

@@ -40,7 +40,10 @@ fn device(gpu: u32, used: u64, cap: Option<u64>) -> ContainerDevice {
         share_measured: Some(0.295),
         share_measured_until_ns: None,
         real_share: None,
+        granted_ns: None,
+        granted_until_ns: None,
         compute_held: false,
+        compute_holds: 0,
         throttled_ns: 2_250_000_000,
         preemptions: 4,
     }
@@ -98,7 +101,10 @@ fn node() -> NodeStatus {
                     share_measured: None,
                     share_measured_until_ns: None,
                     real_share: None,
+                    granted_ns: None,
+                    granted_until_ns: None,
                     compute_held: false,
+                    compute_holds: 0,
                     real_memory_used: None,
                     ..device(0, 1 << 30, Some(1 << 30))
                 }],

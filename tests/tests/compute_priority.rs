@@ -41,6 +41,15 @@ fn online_latency_holds_beside_offline_work_that_fills_the_idle_time() {
         o.figure("idle_used") * 100.0
     );
     assert_eq!(o.figure("offline_window_ms"), 1.0, "offline window");
+    // Filling the idle time is what offline work is granted: the watchdog, weighing what
+    // NVML saw it use against the GPU time granted between its passes, never holds it.
+    // (Weighed against the share at each pass, zero whenever a request ran then, it was
+    // held for seconds on end when its passes fell in step with the requests.)
+    assert_eq!(
+        o.figure("offline_holds"),
+        0.0,
+        "watchdog holds of offline work"
+    );
     // An offline container that queues a thousand kernels ahead meets the same priority.
     assert!(
         o.figure("deep_pair_p99_ms") <= 2.0 * alone.max(o.figure("solo_p99_ms")),

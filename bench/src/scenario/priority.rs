@@ -41,6 +41,10 @@ struct InferRun {
     /// ground truth over the second its figure covers, in points (the larger); `None`
     /// without the daemon.
     daemon_error_points: Option<f64>,
+    /// How often `controld`'s watchdog held the background containers (together) for
+    /// running past their grant; `None` without the daemon. An honest offline container
+    /// that only fills the idle time must never be.
+    holds: Option<u64>,
 }
 
 /// The latency CDF of a `gpuload infer` report: from every request's latency where the
@@ -118,7 +122,7 @@ fn infer_run(
     };
     std::thread::sleep(Duration::from_millis(60));
     let trace = sampler.stop()?;
-    let daemon_error_points = status.and_then(|st| {
+    let daemon_error_points = status.as_ref().and_then(|st| {
         let errors = background.iter().zip(&offline).map(|((name, _), p)| {
             let c = st["containers"]
                 .as_array()?
@@ -133,6 +137,19 @@ fn infer_run(
         errors
             .collect::<Option<Vec<f64>>>()
             .map(|v| v.into_iter().fold(0.0, f64::max))
+    });
+    let holds = status.as_ref().map(|st| {
+        background
+            .iter()
+            .filter_map(|(name, _)| {
+                st["containers"]
+                    .as_array()?
+                    .iter()
+                    .find(|c| c["name"] == *name)?["devices"][0]["compute_holds"]
+                    .as_u64()
+                    .or(Some(0))
+            })
+            .sum()
     });
     for p in &mut offline {
         if !p.alive() {
@@ -168,7 +185,17 @@ fn infer_run(
         cdf,
         every_request,
         daemon_error_points,
+        holds,
     })
+}
+
+/// What a row says of the watchdog's holds of the offline containers: nothing when there
+/// were none.
+fn held_note(holds: Option<u64>) -> String {
+    match holds {
+        Some(n) if n > 0 => format!("; held {n} × by the watchdog"),
+        _ => String::new(),
+    }
 }
 
 /// `online-offline`: online `gpuload infer` beside offline `gpuload train`.
@@ -218,6 +245,11 @@ pub(super) fn online_offline(bins: &Bins, o: &Options) -> Result<Outcome, Scenar
     out.set("online_share", pair.online);
     out.set("offline_share", pair.offline);
     out.set("idle_used", pair.idle_used());
+    let holds = [&pair, &deep_pair]
+        .iter()
+        .filter_map(|r| r.holds)
+        .sum::<u64>();
+    out.set("offline_holds", holds as f64);
     if let Some(b) = &base_pair {
         out.set("baseline_pair_p99_ms", b.p99_ms);
     }
@@ -242,10 +274,11 @@ pub(super) fn online_offline(bins: &Bins, o: &Options) -> Result<Outcome, Scenar
         "offline use of the time online leaves idle",
         "≥ 80 %",
         format!(
-            "{} (offline {}, online {})",
+            "{} (offline {}, online {}{})",
             pct(pair.idle_used()),
             pct(pair.offline),
-            pct(pair.online)
+            pct(pair.online),
+            held_note(pair.holds)
         ),
         base_pair
             .as_ref()
@@ -271,10 +304,11 @@ pub(super) fn online_offline(bins: &Bins, o: &Options) -> Result<Outcome, Scenar
         "deep-queueing offline: use of the time online leaves idle",
         "≥ 80 %",
         format!(
-            "{} (offline {}, online {})",
+            "{} (offline {}, online {}{})",
             pct(deep_pair.idle_used()),
             pct(deep_pair.offline),
-            pct(deep_pair.online)
+            pct(deep_pair.online),
+            held_note(deep_pair.holds)
         ),
         base_deep
             .as_ref()

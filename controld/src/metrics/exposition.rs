@@ -224,7 +224,7 @@ fn device_families(
     containers: &[ContainerStatus],
 ) -> Result<(), std::fmt::Error> {
     type DeviceValue = fn(&ContainerDevice) -> Option<Value>;
-    let per_device: [(&str, MetricType, &str, DeviceValue); 7] = [
+    let per_device: [(&str, MetricType, &str, DeviceValue); 9] = [
         (
             "tessera_container_memory_used_bytes",
             MetricType::Gauge,
@@ -254,6 +254,18 @@ fn device_families(
             MetricType::Gauge,
             "The share of the GPU's time the container got over the last period, 0-1.",
             |d| d.share_measured.map(Value::Real),
+        ),
+        (
+            "tessera_container_gpu_granted_seconds",
+            MetricType::Counter,
+            "GPU time the scheduler granted the container on the GPU, in seconds: its target share over time.",
+            |d| d.granted_ns.map(|ns| Value::Real(ns as f64 / 1e9)),
+        ),
+        (
+            "tessera_container_compute_holds",
+            MetricType::Counter,
+            "How often the watchdog held the container on the GPU for running past its grant by NVML.",
+            |d| Some(Value::Whole(d.compute_holds)),
         ),
         (
             "tessera_container_throttled_seconds",
@@ -335,7 +347,10 @@ mod tests {
                     share_measured: Some(0.25),
                     share_measured_until_ns: None,
                     real_share: None,
+                    granted_ns: Some(2_500_000_000),
+                    granted_until_ns: Some(9_000_000_000),
                     compute_held: false,
+                    compute_holds: 2,
                     throttled_ns: 1_500_000_000,
                     preemptions: 7,
                 }],
@@ -385,6 +400,8 @@ mod tests {
             "tessera_container_gpu_share_measured_ratio{container=\"inference\",gpu=\"0\"} 0.25",
             "tessera_container_throttled_seconds_total{container=\"inference\",gpu=\"0\"} 1.5",
             "tessera_container_preemptions_total{container=\"inference\",gpu=\"0\"} 7",
+            "tessera_container_gpu_granted_seconds_total{container=\"inference\",gpu=\"0\"} 2.5",
+            "tessera_container_compute_holds_total{container=\"inference\",gpu=\"0\"} 2",
             "# TYPE tessera_container_throttled_seconds_total counter",
             "# TYPE tessera_container_preemptions_total counter",
             "# TYPE tessera_gpu_utilization_ratio gauge",
@@ -414,7 +431,7 @@ mod tests {
                 );
             }
         }
-        assert_eq!(seen.len(), 22);
+        assert_eq!(seen.len(), 24);
         assert!(text.ends_with('\n'));
     }
 
@@ -431,7 +448,7 @@ mod tests {
         );
         assert_eq!(
             text.lines().filter(|l| l.starts_with("# HELP ")).count(),
-            22
+            24
         );
     }
 }

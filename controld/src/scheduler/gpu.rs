@@ -761,7 +761,7 @@ impl GpuScheduler {
             e.slice_in_region = asked;
             a.set_board_bit(board.and(e.board_bit));
             store_if_changed(&a.share_target_ppm, d.rate_ppm);
-            e.member.grant(gpu, d.rate_ppm);
+            e.member.grant(gpu, d.rate_ppm, now);
             store_if_changed(&a.share_measured_ppm, e.window.share_ppm());
             // Relaxed: a figure for status, written with the share it dates.
             a.share_measured_until_ns

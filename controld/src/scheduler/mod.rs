@@ -62,10 +62,9 @@ pub struct Member {
     /// What the tick found its processes writing into its region that the daemon put back
     /// ([`Tampering`] bits), for status.
     tampering: AtomicU32,
-    /// Per GPU, the share the tick last granted it, in ppm ([`UNGRANTED`] before its
-    /// first tick there): the daemon's own figure, where the region's copy is the
-    /// container's to write.
-    granted_ppm: [AtomicU32; MAX_DEVICES],
+    /// Per GPU, what the ticks granted it: the daemon's own figures, where the region's
+    /// copy is the container's to write.
+    grants: [Mutex<Grant>; MAX_DEVICES],
     /// Per GPU, ticks in a row at which its region claimed work (the tick's count).
     claiming_ticks: [AtomicU32; MAX_DEVICES],
     /// Per GPU, set by the watchdog while it claims work that NVML shows it does not do:
@@ -74,8 +73,28 @@ pub struct Member {
     claims_ignored: [AtomicBool; MAX_DEVICES],
 }
 
-/// [`Member::granted_ppm`] before a tick granted anything.
+/// What the ticks granted a container on one GPU.
+#[derive(Debug, Clone, Copy)]
+struct Grant {
+    /// The share the last tick granted, in ppm ([`UNGRANTED`] before the first).
+    ppm: u32,
+    /// The GPU time granted up to `at_ns`: each tick's share over the time to the next.
+    total_ns: u64,
+    /// When the last tick granted (node clock).
+    at_ns: u64,
+}
+
+/// [`Grant::ppm`] before a tick granted anything.
 const UNGRANTED: u32 = u32::MAX;
+
+/// The GPU time a container was granted on a GPU since the scheduler first did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GrantedTime {
+    /// GPU time granted, in ns.
+    pub ns: u64,
+    /// Up to when (node clock, ns of `CLOCK_MONOTONIC`).
+    pub until_ns: u64,
+}
 
 /// Kinds of tampering the scheduler finds in a region and undoes, as bits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -136,7 +155,13 @@ impl Member {
             first_timeslice_us: timeslice_us,
             stale: AtomicBool::new(false),
             tampering: AtomicU32::new(0),
-            granted_ppm: [const { AtomicU32::new(UNGRANTED) }; MAX_DEVICES],
+            grants: [const {
+                Mutex::new(Grant {
+                    ppm: UNGRANTED,
+                    total_ns: 0,
+                    at_ns: 0,
+                })
+            }; MAX_DEVICES],
             claiming_ticks: [const { AtomicU32::new(0) }; MAX_DEVICES],
             claims_ignored: [const { AtomicBool::new(false) }; MAX_DEVICES],
         }
@@ -176,19 +201,47 @@ impl Member {
             .is_some_and(|w| w.load(Ordering::Relaxed))
     }
 
-    /// Records the share the tick granted it on `gpu`.
-    pub(crate) fn grant(&self, gpu: usize, ppm: u32) {
-        if let Some(word) = self.granted_ppm.get(gpu) {
-            // Relaxed: a figure for status, with nothing published under it.
-            word.store(ppm, Ordering::Relaxed);
+    /// Records the share the tick at `now_ns` granted it on `gpu`, and counts the share
+    /// the tick before granted over the time since.
+    pub(crate) fn grant(&self, gpu: usize, ppm: u32, now_ns: u64) {
+        let Some(grant) = self.grants.get(gpu) else {
+            return;
+        };
+        let mut g = grant.lock().unwrap_or_else(|p| p.into_inner());
+        if g.ppm != UNGRANTED {
+            let ns = u128::from(now_ns.saturating_sub(g.at_ns)) * u128::from(g.ppm)
+                / u128::from(rates::WHOLE_PPM);
+            g.total_ns = g
+                .total_ns
+                .saturating_add(u64::try_from(ns).unwrap_or(u64::MAX));
         }
+        g.ppm = ppm;
+        g.at_ns = now_ns;
     }
 
     /// The share the scheduler last granted it on `gpu` (0 to 1); `None` before it did.
     pub fn granted(&self, gpu: usize) -> Option<f64> {
-        // Relaxed: see `grant`.
-        let ppm = self.granted_ppm.get(gpu)?.load(Ordering::Relaxed);
-        (ppm != UNGRANTED).then(|| f64::from(ppm) / f64::from(rates::WHOLE_PPM))
+        let g = *self
+            .grants
+            .get(gpu)?
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        (g.ppm != UNGRANTED).then(|| f64::from(g.ppm) / f64::from(rates::WHOLE_PPM))
+    }
+
+    /// The GPU time the scheduler granted it on `gpu` up to its last tick; `None` before
+    /// it did. A share swings with every online request on the GPU; this is what a use
+    /// over a span of time is weighed against.
+    pub fn granted_time(&self, gpu: usize) -> Option<GrantedTime> {
+        let g = *self
+            .grants
+            .get(gpu)?
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        (g.ppm != UNGRANTED).then_some(GrantedTime {
+            ns: g.total_ns,
+            until_ns: g.at_ns,
+        })
     }
 
     /// Records tampering of `kind` found in its region.
@@ -402,5 +455,44 @@ impl Scheduler {
         for t in self.threads {
             let _ = t.join();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_time_granted_is_each_ticks_share_over_the_time_to_the_next() {
+        let init = tessera_region::RegionInit {
+            name: "granted".into(),
+            memory_caps: [None; MAX_DEVICES],
+        };
+        let region = Arc::new(Region::anonymous(&init).expect("an anonymous region"));
+        let m = Member::new(
+            "granted".into(),
+            region,
+            None,
+            vec![0],
+            ComputePolicy::BestEffort,
+            Priority::Offline,
+            None,
+        );
+        assert_eq!(m.granted_time(0), None);
+        let ms = 1_000_000;
+        // The whole GPU for 10 ms, nothing for 10 (an online request), half for 20.
+        m.grant(0, rates::WHOLE_PPM, 100 * ms);
+        m.grant(0, 0, 110 * ms);
+        m.grant(0, rates::WHOLE_PPM / 2, 120 * ms);
+        m.grant(0, 0, 140 * ms);
+        assert_eq!(
+            m.granted_time(0),
+            Some(GrantedTime {
+                ns: 20 * ms,
+                until_ns: 140 * ms
+            })
+        );
+        assert_eq!(m.granted(0), Some(0.0));
+        assert_eq!(m.granted_time(1), None);
     }
 }

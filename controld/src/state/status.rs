@@ -40,9 +40,13 @@ impl State {
                 }
                 // The share granted as the daemon knows it, not as the region says.
                 for device in &mut status.devices {
-                    if let Some(granted) = mine.iter().find_map(|m| m.granted(device.gpu as usize))
-                    {
+                    let gpu = device.gpu as usize;
+                    if let Some(granted) = mine.iter().find_map(|m| m.granted(gpu)) {
                         device.share_target = Some(granted);
+                    }
+                    if let Some(time) = mine.iter().find_map(|m| m.granted_time(gpu)) {
+                        device.granted_ns = Some(time.ns);
+                        device.granted_until_ns = Some(time.until_ns);
                     }
                 }
                 status.problems.extend(
@@ -186,7 +190,10 @@ fn container_status(name: &str, m: &Managed, path: &Path, timeslice: Timeslice) 
                 share_measured: compute.measured,
                 share_measured_until_ns: compute.measured_until_ns,
                 real_share: None,
+                granted_ns: None,
+                granted_until_ns: None,
                 compute_held: false,
+                compute_holds: 0,
                 throttled_ns: compute.throttled_ns,
                 preemptions: compute.preemptions,
             }

@@ -15,8 +15,15 @@
 //! the previous one.
 //!
 //! What a container ran past its grant is its debt: each pass adds what it used over the
-//! pass less what it was granted (the larger of the grants at the pass's two ends: a grant
-//! that just fell was still the grant for part of it) less [`LEAK`], never below zero.
+//! pass less what it was granted over it less [`LEAK`], never below zero. What it was
+//! granted is the GPU time the scheduler's ticks granted it between the two passes
+//! (`granted_ns`), not the share at either end: an offline container's share is nothing
+//! while an online request runs and the whole GPU between requests, and a pass period in
+//! step with the requests (250 ms beside 20 a second) would find it at nothing at both
+//! ends for seconds and hold an honest container. Where the status carries no such count
+//! (or the count started again), the larger of the shares at the pass's two ends stands
+//! in for it: a share that just fell was still the share for part of the pass. A
+//! container's first pass with a count is not weighed: the count runs from there.
 //! Past [`HOLD_AFTER`] of debt, while it is named, the container is held (`compute_held`:
 //! the daemon stops its launches through the limits file, which its processes cannot
 //! write) until the debt is paid, at its grant, while it runs nothing: over time it gets
@@ -57,8 +64,13 @@ struct Track {
     debt: f64,
     /// Held until the debt is paid.
     held: bool,
+    /// How often it was held.
+    holds: u64,
     /// The grant at the last pass.
     granted: Option<f64>,
+    /// The GPU time granted up to the last pass, and up to when (`granted_ns`,
+    /// `granted_until_ns`).
+    granted_time: Option<(u64, u64)>,
 }
 
 impl ComputeCheck {
@@ -110,13 +122,30 @@ impl ComputeCheck {
                     .tracks
                     .entry((container.name.clone(), gpu))
                     .or_default();
-                let allowed = track.granted.map_or(granted, |g| g.max(granted));
+                let time = device.granted_ns.zip(device.granted_until_ns);
+                let over_pass = match (track.granted_time, time) {
+                    (Some((ns0, until0)), Some((ns, until))) if until > until0 && ns >= ns0 => {
+                        Some(((ns - ns0) as f64 / (until - until0) as f64).min(1.0))
+                    }
+                    _ => None,
+                };
+                if over_pass.is_none() && time.is_some() && track.granted_time.is_none() {
+                    // Its first pass with a count: what it was granted before is not known,
+                    // so this pass is not weighed; the count runs from here.
+                    track.granted = Some(granted);
+                    track.granted_time = time;
+                    continue;
+                }
+                let allowed =
+                    over_pass.unwrap_or_else(|| track.granted.map_or(granted, |g| g.max(granted)));
                 track.granted = Some(granted);
+                track.granted_time = time;
                 track.debt = (track.debt + (share - allowed - LEAK) * seconds).max(0.0);
                 // Held only while it is also named (over its grant by the margin over the
                 // window): a debt alone can be a driver's sampling of long kernels.
                 if track.debt > HOLD_AFTER && track.over && !track.held {
                     track.held = true;
+                    track.holds += 1;
                     tracing::warn!(
                         "container {}: held on GPU {gpu}: it ran {:.0} ms past its grant",
                         container.name,
@@ -125,9 +154,11 @@ impl ComputeCheck {
                 } else if track.held && track.debt <= 0.0 {
                     track.held = false;
                 }
-                track
-                    .passes
-                    .push_back((seconds, share * seconds, granted * seconds));
+                track.passes.push_back((
+                    seconds,
+                    share * seconds,
+                    over_pass.unwrap_or(granted) * seconds,
+                ));
                 while track.passes.len() > 1
                     && track.passes.iter().skip(1).map(|p| p.0).sum::<f64>() >= WINDOW.as_secs_f64()
                 {
@@ -149,6 +180,7 @@ impl ComputeCheck {
                     continue;
                 };
                 device.compute_held = track.held;
+                device.compute_holds = track.holds;
                 let (seconds, used, granted) = track
                     .passes
                     .iter()
@@ -279,6 +311,61 @@ mod tests {
         // Over the run it gets its grant, and the leak.
         let share = ran / (passes + 1) as f64;
         assert!((share - 0.32).abs() < 0.05, "{share}: {flags:?}");
+    }
+
+    /// Runs `passes` passes 250 ms apart of one container whose share is `at_ends` at every
+    /// pass (a pass in step with its neighbour's requests) while the scheduler granted it
+    /// `between` of the GPU's time in between, and which used `used` of the engine while
+    /// not held; returns after each pass whether it was held, and whether it was named
+    /// over its grant.
+    fn run_swinging(
+        at_ends: f64,
+        between: f64,
+        used: f64,
+        passes: usize,
+    ) -> (Vec<bool>, Vec<bool>) {
+        let mut check = ComputeCheck::default();
+        let start = Instant::now();
+        let mut held = vec![false];
+        let mut named = Vec::new();
+        for pass in 0..=passes {
+            let (mut status, mapping) = node(&[("offline", at_ends)]);
+            let until_ns = 1_000_000_000 + 250_000_000 * pass as u64;
+            status.containers[0].devices[0].granted_ns = Some((between * until_ns as f64) as u64);
+            status.containers[0].devices[0].granted_until_ns = Some(until_ns);
+            let share = if *held.last().unwrap() { 0.0 } else { used };
+            let engine_use = |_: u32, _: u64| {
+                Some(EngineUse {
+                    processes: vec![(1, share)],
+                    latest_us: 1 + pass as u64,
+                })
+            };
+            check.observe(
+                start + Duration::from_millis(250 * pass as u64),
+                engine_use,
+                &mut status,
+                &mapping,
+            );
+            held.push(status.containers[0].devices[0].compute_held);
+            named.push(!status.containers[0].problems.is_empty());
+        }
+        held.remove(0);
+        (held, named)
+    }
+
+    #[test]
+    fn what_a_container_uses_is_weighed_against_the_time_granted_between_passes() {
+        // Offline beside an online service: nothing granted at each pass's ends (an online
+        // request runs then), 80 % of the time granted in between, 70 % used. The shares
+        // at the ends alone would hold it within a second.
+        let (held, named) = run_swinging(0.0, 0.8, 0.7, 40);
+        assert!(held.iter().all(|&h| !h), "{held:?}");
+        assert!(named.iter().all(|&n| !n), "{named:?}");
+        // And the other way: the whole GPU at each pass's ends, 30 % granted in between,
+        // 80 % used: named, and held.
+        let (held, named) = run_swinging(1.0, 0.3, 0.8, 40);
+        assert!(named.iter().any(|&n| n), "{named:?}");
+        assert!(held.iter().any(|&h| h), "{held:?}");
     }
 
     #[test]
