@@ -85,9 +85,13 @@ fn throttled_containers_keep_their_shares_when_the_daemon_dies() {
     eprintln!("shares with the daemon {before:?}, after its death {after:?}");
     for (((name, _), b), a) in CONTAINERS.iter().zip(&before).zip(&after) {
         // ± 3 points is the figure; a busy debug host moves shares a little more. Frozen
-        // (the library waiting for refills that never come), they would fall to nothing.
+        // (the library waiting for refills that never come), they would fall to nothing:
+        // none falls by more than 6 points. One that ran past its share would take the
+        // idle GPU: none rises by more than 8. (Beside two CPU hogs, the best-effort
+        // container got 8.8 to 14.1 % with the daemon over 2 s, and 14.7 to 14.9 % in
+        // local mode after its death, at the share the daemon left it.)
         assert!(
-            (a - b).abs() <= 0.06,
+            a - b >= -0.06 && a - b <= 0.08,
             "{name}: {:.1} % with the daemon, {:.1} % after its death",
             b * 100.0,
             a * 100.0

@@ -219,26 +219,27 @@ impl Member {
         g.at_ns = now_ns;
     }
 
-    /// The share the scheduler last granted it on `gpu` (0 to 1); `None` before it did.
-    pub fn granted(&self, gpu: usize) -> Option<f64> {
+    /// What the ticks granted it on `gpu`; `None` before the first.
+    fn grant_on(&self, gpu: usize) -> Option<Grant> {
         let g = *self
             .grants
             .get(gpu)?
             .lock()
             .unwrap_or_else(|p| p.into_inner());
-        (g.ppm != UNGRANTED).then(|| f64::from(g.ppm) / f64::from(rates::WHOLE_PPM))
+        (g.ppm != UNGRANTED).then_some(g)
+    }
+
+    /// The share the scheduler last granted it on `gpu` (0 to 1); `None` before it did.
+    pub fn granted(&self, gpu: usize) -> Option<f64> {
+        self.grant_on(gpu)
+            .map(|g| f64::from(g.ppm) / f64::from(rates::WHOLE_PPM))
     }
 
     /// The GPU time the scheduler granted it on `gpu` up to its last tick; `None` before
     /// it did. A share swings with every online request on the GPU; this is what a use
     /// over a span of time is weighed against.
     pub fn granted_time(&self, gpu: usize) -> Option<GrantedTime> {
-        let g = *self
-            .grants
-            .get(gpu)?
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        (g.ppm != UNGRANTED).then_some(GrantedTime {
+        self.grant_on(gpu).map(|g| GrantedTime {
             ns: g.total_ns,
             until_ns: g.at_ns,
         })

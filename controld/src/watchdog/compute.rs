@@ -248,6 +248,30 @@ mod tests {
         (status, mapping)
     }
 
+    /// Counts pass number `pass` of `check` (passes 250 ms apart from `start`) over
+    /// `status`, NVML having seen pid `i + 1` use `shares[i]` of the engine.
+    fn observe_pass(
+        check: &mut ComputeCheck,
+        start: Instant,
+        pass: usize,
+        status: &mut NodeStatus,
+        mapping: &[Vec<u32>],
+        shares: &[f64],
+    ) {
+        let engine_use = |_: u32, _: u64| {
+            Some(EngineUse {
+                processes: shares
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &s)| (i as u32 + 1, s))
+                    .collect(),
+                latest_us: 1 + pass as u64,
+            })
+        };
+        let now = start + Duration::from_millis(250 * pass as u64);
+        check.observe(now, engine_use, status, mapping);
+    }
+
     /// Runs `passes` passes 250 ms apart in which pid `i + 1` used `used(held)[i]` of the
     /// engine, `held` being whether each container was held after the pass before; returns
     /// the held flags after each pass.
@@ -262,18 +286,7 @@ mod tests {
         for pass in 0..=passes {
             let (mut status, mapping) = node(grants);
             let shares = used(held.last().unwrap());
-            let engine_use = |_gpu: u32, _since: u64| {
-                Some(EngineUse {
-                    processes: shares
-                        .iter()
-                        .enumerate()
-                        .map(|(i, &s)| (i as u32 + 1, s))
-                        .collect(),
-                    latest_us: 1 + pass as u64,
-                })
-            };
-            let now = start + Duration::from_millis(250 * pass as u64);
-            check.observe(now, engine_use, &mut status, &mapping);
+            observe_pass(&mut check, start, pass, &mut status, &mapping, &shares);
             held.push(
                 status
                     .containers
@@ -334,18 +347,7 @@ mod tests {
             status.containers[0].devices[0].granted_ns = Some((between * until_ns as f64) as u64);
             status.containers[0].devices[0].granted_until_ns = Some(until_ns);
             let share = if *held.last().unwrap() { 0.0 } else { used };
-            let engine_use = |_: u32, _: u64| {
-                Some(EngineUse {
-                    processes: vec![(1, share)],
-                    latest_us: 1 + pass as u64,
-                })
-            };
-            check.observe(
-                start + Duration::from_millis(250 * pass as u64),
-                engine_use,
-                &mut status,
-                &mapping,
-            );
+            observe_pass(&mut check, start, pass, &mut status, &mapping, &[share]);
             held.push(status.containers[0].devices[0].compute_held);
             named.push(!status.containers[0].problems.is_empty());
         }
@@ -381,18 +383,7 @@ mod tests {
             .enumerate()
         {
             let (mut status, mapping) = node(&[("burst", granted)]);
-            let engine_use = |_: u32, _: u64| {
-                Some(EngineUse {
-                    processes: vec![(1, used)],
-                    latest_us: 1 + pass as u64,
-                })
-            };
-            check.observe(
-                start + Duration::from_millis(250 * pass as u64),
-                engine_use,
-                &mut status,
-                &mapping,
-            );
+            observe_pass(&mut check, start, pass, &mut status, &mapping, &[used]);
             assert!(!status.containers[0].devices[0].compute_held, "pass {pass}");
         }
     }
