@@ -63,7 +63,10 @@ pub struct Member {
     /// ([`Tampering`] bits), for status.
     tampering: AtomicU32,
     /// Per GPU, what the ticks granted it: the daemon's own figures, where the region's
-    /// copy is the container's to write.
+    /// copy is the container's to write. A lock, not atomics: the share, the count and
+    /// its time change together, and a status read between two of them would weigh a
+    /// watchdog pass against a tick's worth of time too much or too little (the tick
+    /// takes it once per container every 5 ms, status once per read).
     grants: [Mutex<Grant>; MAX_DEVICES],
     /// Per GPU, ticks in a row at which its region claimed work (the tick's count).
     claiming_ticks: [AtomicU32; MAX_DEVICES],
